@@ -1,0 +1,203 @@
+// The fused kernels of arpo on plain pointers (C++17, no dependencies).
+// CPU implementations live beside this header (one .cc per family); CUDA
+// versions in native/cuda/ take the same arguments plus a stream.
+//
+// Conventions (llm.c style): outputs first, then inputs, then sizes and
+// settings. Shapes in comments: (T, V) = rows x vocabulary, row-major,
+// contiguous. Logits are float32, or bfloat16 passed as raw uint16 bits.
+// Every kernel validates what it cannot trust and throws arpo::kernels::Error
+// (never aborts); the N-API layer turns that into a JS exception.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace arpo {
+namespace kernels {
+
+struct Error : std::runtime_error {
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+enum class DType : int32_t { F32 = 0, BF16 = 1 };
+
+// A (T, V) logits buffer: float32, or bfloat16 as raw uint16 bits.
+struct Logits {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t rows = 0;   // T
+  int64_t vocab = 0;  // V
+};
+
+// 0 = use every hardware thread; work is split over rows.
+using Threads = int32_t;
+
+// ---------------------------------------------------------------------------
+// 1. Fused logits -> stats.
+// One pass per row over z = logits / temperature with a running max, sum of
+// exp and exp-weighted logit sum (online rescaling); never materialises
+// softmax or any (T, V) temporary.
+//   logsumexp[t]      = log sum_j exp(z_tj)
+//   entropy[t]        = logsumexp[t] - sum_j p_tj z_tj           (nats)
+//   entropy_norm[t]   = entropy[t] / log(V)       (0 when V == 1)
+//   target_logprob[t] = z_t,target[t] - logsumexp[t]
+// -inf logits carry probability 0. A row of all -inf has logsumexp = -inf,
+// entropy = 0 and target logprob = -inf. Targets < 0 are "ignore" (logprob 0);
+// targets >= V throw. Any output pointer may be null (not computed).
+void logits_stats(float* logsumexp,        // (T) or null
+                  float* entropy,          // (T) or null
+                  float* entropy_norm,     // (T) or null
+                  float* target_logprob,   // (T) or null (then targets ignored)
+                  const Logits& logits,    // (T, V)
+                  const int32_t* targets,  // (T) or null
+                  float temperature,       // > 0
+                  Threads threads);
+
+// ---------------------------------------------------------------------------
+// 2. Sampling: the stats pass plus a sampled token per row.
+// temperature == 0 means greedy (argmax, lowest index on ties); the returned
+// logprob and entropy are then those of the temperature-1 distribution.
+// Otherwise logprob and entropy are those of the full softmax(z / temperature)
+// (before top-k / top-p: the distribution the trainer recomputes), and the
+// token is drawn from it restricted to the top-k tokens (top_k <= 0: all) and
+// then to the smallest set of highest-probability tokens whose mass reaches
+// top_p (top_p >= 1: all), renormalised.
+// Randomness: Gumbel-max with a counter-based RNG (rng.h): token =
+// argmax_{j allowed} z_j + g(seed, stream[t], position[t], j), so a row's
+// sample depends only on its own logits and (seed, stream, position), never on
+// which other rows share the batch, and CPU and CUDA agree.
+struct SamplingParams {
+  float temperature = 1.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+};
+void sample_tokens(int32_t* tokens,          // (T)
+                   float* logprobs,          // (T) or null
+                   float* entropy,           // (T) or null: nats
+                   float* entropy_norm,      // (T) or null
+                   const Logits& logits,     // (T, V)
+                   const uint64_t* streams,  // (T) stream id per row (e.g. path id)
+                   const int64_t* positions, // (T) position per row (e.g. token index in the path)
+                   const SamplingParams& params,
+                   Threads threads);
+
+// ---------------------------------------------------------------------------
+// 3. Entropy change after tool calls (ARPO.md section 1).
+// entropy: per-token normalised entropies of one or more paths, concatenated.
+// Segment s covers entropy[starts[s], ends[s]) (a segment begins at the first
+// token generated after a tool result, or at a path's first token).
+//   window_mean[s] = mean of entropy over the first min(k, ends-starts) tokens
+//   window_count[s] = that count (0 -> window_mean 0)
+//   delta[s] = window_mean[s] - window_mean[baseline[s]]  (baseline[s] < 0 or
+//              == s -> 0): baseline[s] is the index of the segment holding
+//              the initial window of the trajectory segment s belongs to.
+// Throws on k < 1, spans outside [0, T) or reversed, baseline >= S.
+void entropy_delta(float* window_mean,       // (S)
+                   int32_t* window_count,    // (S) or null
+                   float* delta,             // (S) or null
+                   const float* entropy,     // (T)
+                   int64_t T,
+                   const int64_t* starts,    // (S)
+                   const int64_t* ends,      // (S)
+                   const int32_t* baseline,  // (S) or null (all 0 deltas)
+                   int64_t S,
+                   int32_t k);
+
+// ---------------------------------------------------------------------------
+// 4. Clipped-ratio policy loss, forward + backward (ARPO.md section 4; verl
+// core_algos semantics). Per token t with logp_t = log softmax(z_t)[target_t],
+// z = logits / temperature:
+//   neg_kl = clamp(logp - old_logp, -20, 20); ratio = exp(neg_kl)
+//   pg1 = -A ratio; pg2 = -A clip(ratio, 1 - clip_low, 1 + clip_high)
+//   clipped = max(pg1, pg2); pg3 = -A * dual_clip_c
+//   pg = A < 0 ? min(pg3, clipped) : clipped   (dual clip only if c > 1)
+//   per-token loss = pg + kl_coef * kl(logp, ref_logp) - entropy_coef * H_t
+// aggregated over tokens with the mask by `aggregation`. Metrics are masked
+// token means (pg_clipfrac: pg2 > pg1; pg_clipfrac_lower: A < 0 and
+// clipped > pg3; ppo_kl: -neg_kl; entropy; kl).
+// The gradient d loss / d logits (already divided by temperature, multiplied
+// by grad_scale) is written into grad (which may alias the float32 logits
+// buffer: rows are processed in chunks, each row read fully before it is
+// overwritten), so no second (T, V) buffer is allocated.
+enum class KLType : int32_t { K1 = 0, K2 = 1, K3 = 2 /* low_var_kl, clamped to [-10, 10] */, ABS = 3 };
+enum class Aggregation : int32_t {
+  TokenMean = 0,             // sum(loss * mask) / sum(mask)
+  SeqMeanTokenMean = 1,      // mean over sequences of sum(loss*mask)/sum(mask)
+  SeqMeanTokenSum = 2,       // mean over sequences of sum(loss*mask)
+  SeqMeanTokenSumNorm = 3,   // sum(loss * mask) / norm_constant
+};
+struct PolicyLossConfig {
+  float clip_low = 0.2f;
+  float clip_high = 0.2f;
+  float dual_clip_c = 3.0f;       // <= 1 disables the dual clip
+  KLType kl_type = KLType::K3;
+  float kl_coef = 0.0f;           // needs ref_logprobs when != 0
+  float entropy_coef = 0.0f;
+  Aggregation aggregation = Aggregation::TokenMean;
+  float temperature = 1.0f;
+  // Denominator override for gradient accumulation: when > 0 it replaces
+  // sum(mask) (token-mean), the number of sequences (seq-mean-*), or the
+  // norm constant (seq-mean-token-sum-norm), so micro-batches add up to the
+  // full-batch loss.
+  double denominator = 0.0;
+  double norm_constant = 0.0;     // seq-mean-token-sum-norm (e.g. max response length)
+  float grad_scale = 1.0f;        // multiplies loss and gradient
+};
+struct PolicyLossResult {
+  double loss = 0;                // aggregated total loss (times grad_scale)
+  double pg_loss = 0;             // aggregated policy-gradient part
+  double pg_clipfrac = 0;
+  double pg_clipfrac_lower = 0;
+  double ppo_kl = 0;
+  double entropy = 0;             // masked mean entropy (nats)
+  double kl = 0;                  // masked mean kl to the reference
+  double tokens = 0;              // sum(mask)
+};
+void policy_loss(PolicyLossResult* result,
+                 float* grad,                  // (T, V) float32, or null (forward only); may alias logits
+                 float* logprobs,              // (T) or null: logp per token (out)
+                 float* entropy,               // (T) or null: entropy per token (out)
+                 const Logits& logits,         // (T, V)
+                 const int32_t* targets,       // (T)
+                 const float* old_logprobs,    // (T)
+                 const float* advantages,      // (T)
+                 const float* mask,            // (T) 0/1 (or weights)
+                 const int32_t* seq_ids,       // (T) sequence index per token, >= 0
+                 int64_t num_seqs,             // sequences for seq-mean-*
+                 const float* ref_logprobs,    // (T) or null
+                 const PolicyLossConfig& config,
+                 Threads threads);
+
+// ---------------------------------------------------------------------------
+// 5. Tree advantage reduction (ARPO.md section 2).
+// Nodes 0..N-1 of one or more rollout trees in topological order
+// (parent[n] < n, roots have parent -1). Leaf l sits at node leaf_node[l]
+// with advantage leaf_adv[l]. For every node:
+//   node_sum[n]   = sum of leaf_adv over leaves in n's subtree
+//   node_count[n] = number of those leaves
+//   node_mean[n]  = node_sum / node_count (0 when count is 0)
+// Soft attribution gives a node's tokens node_sum (the packed-tree view of
+// GRPO on flattened trajectories); hard gives node_mean, counted once.
+void tree_reduce(float* node_sum,           // (N) or null
+                 float* node_mean,          // (N) or null
+                 int32_t* node_count,       // (N) or null
+                 const int32_t* parent,     // (N)
+                 int64_t N,
+                 const int32_t* leaf_node,  // (L)
+                 const float* leaf_adv,     // (L)
+                 int64_t L);
+
+// Per-token expansion: token_value[i] = node_value[node] for every token i in
+// [token_offset[node], token_offset[node] + token_count[node]); tokens not
+// covered by any node are left untouched. Throws on spans outside [0, P).
+void tree_expand(float* token_value,          // (P)
+                 int64_t P,
+                 const float* node_value,     // (N)
+                 const int64_t* token_offset, // (N)
+                 const int64_t* token_count,  // (N)
+                 int64_t N);
+
+}  // namespace kernels
+}  // namespace arpo

@@ -1,0 +1,22 @@
+#!/usr/bin/env node
+// Runs the C++ tests (ctest). Uses the cmake-js build tree when present
+// (build-cmake/), else configures a standalone one in build-tests/.
+'use strict';
+const { spawnSync } = require('child_process');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+
+const root = path.resolve(__dirname, '..');
+const jobs = String(Math.max(1, os.cpus().length));
+function run(cmd, args) {
+  const r = spawnSync(cmd, args, { cwd: root, stdio: 'inherit' });
+  if (r.status !== 0) process.exit(r.status === null ? 1 : r.status);
+}
+let dir = path.join(root, 'build-cmake');
+if (!fs.existsSync(path.join(dir, 'CMakeCache.txt'))) {
+  dir = path.join(root, 'build-tests');
+  run('cmake', ['-S', root, '-B', dir, '-DCMAKE_BUILD_TYPE=Release']);
+}
+run('cmake', ['--build', dir, '-j', jobs]);
+run('ctest', ['--test-dir', dir, '--output-on-failure', '-j', jobs]);
