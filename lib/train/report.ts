@@ -1,0 +1,167 @@
+// The HTML report of one or more runs: static SVG charts rendered with
+// vega-lite + vega in Node (no network, no scripts in the page) from each
+// run's metrics.jsonl; with several runs, every chart overlays them by colour
+// and a table puts their final numbers side by side.
+import * as fs from 'fs';
+import * as path from 'path';
+import { ArpoError } from '../errors';
+import { MetricsRecord, readMetrics } from './metrics';
+
+// vega and vega-lite are ESM-only with top-level await: load them with a real
+// dynamic import (TypeScript's CommonJS output would turn import() into require()).
+const esmImport = new Function('specifier', 'return import(specifier)') as (s: string) => Promise<unknown>;
+
+interface ChartDef {
+  title: string;
+  yTitle: string;
+  /** metric keys, or a key prefix ending in '/*' (every matching key becomes a series) */
+  series: { key: string; phase: string; label?: string }[];
+}
+
+export const REPORT_CHARTS: ChartDef[] = [
+  { title: 'Reward', yTitle: 'mean reward', series: [{ key: 'reward/mean', phase: 'train', label: 'train' }, { key: 'reward/mean', phase: 'valid', label: 'valid' }] },
+  { title: 'Accuracy', yTitle: 'accuracy', series: [{ key: 'acc/mean', phase: 'train', label: 'train' }, { key: 'acc/mean', phase: 'valid', label: 'valid' }] },
+  { title: 'Response length', yTitle: 'tokens per trajectory', series: [{ key: 'response/length_mean', phase: 'train', label: 'generated' }] },
+  { title: 'Tool calls per trajectory, by tool', yTitle: 'calls', series: [{ key: 'tools/calls/*', phase: 'train' }] },
+  { title: 'Entropy around tool calls', yTitle: 'normalised entropy', series: [{ key: 'entropy/before_tool', phase: 'train', label: 'before' }, { key: 'entropy/after_tool', phase: 'train', label: 'after' }] },
+  { title: 'Branch events per step', yTitle: 'branches', series: [{ key: 'rollout/branch_events', phase: 'train', label: 'branches' }] },
+];
+
+export interface RunData {
+  name: string;
+  dir: string;
+  records: MetricsRecord[];
+}
+
+export function readRun(dir: string, name?: string): RunData {
+  const file = path.join(dir, 'metrics.jsonl');
+  if (!fs.existsSync(file)) throw new ArpoError('BAD_DATA', `report: no metrics.jsonl in ${dir}`);
+  return { name: name ?? path.basename(path.resolve(dir)), dir, records: readMetrics(file) };
+}
+
+interface Point {
+  step: number;
+  value: number;
+  series: string;
+}
+
+/** The points of one chart for one run (exported for tests). */
+export function chartPoints(def: ChartDef, run: RunData): Point[] {
+  const pts: Point[] = [];
+  for (const s of def.series) {
+    for (const r of run.records) {
+      if (r.phase !== s.phase) continue;
+      if (s.key.endsWith('/*')) {
+        const prefix = s.key.slice(0, -1);
+        for (const [k, v] of Object.entries(r.metrics)) {
+          if (k.startsWith(prefix) && Number.isFinite(v)) pts.push({ step: r.step, value: v, series: k.slice(prefix.length) });
+        }
+      } else {
+        const v = r.metrics[s.key];
+        if (v !== undefined && Number.isFinite(v)) pts.push({ step: r.step, value: v, series: s.label ?? s.key });
+      }
+    }
+  }
+  return pts;
+}
+
+function escapeHtml(s: string): string {
+  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+}
+
+async function renderSvg(def: ChartDef, runs: RunData[]): Promise<string> {
+  const vl = (await esmImport('vega-lite')) as { compile(spec: unknown): { spec: unknown } };
+  const vega = (await esmImport('vega')) as {
+    View: new (runtime: unknown, opts: { renderer: string }) => { toSVG(): Promise<string>; finalize(): void };
+    parse(spec: unknown): unknown;
+  };
+  const values = runs.flatMap((run) => chartPoints(def, run).map((p) => ({ ...p, run: run.name, line: runs.length > 1 ? `${run.name}: ${p.series}` : p.series })));
+  if (values.length === 0) return `<p class="empty">no data for this chart</p>`;
+  const spec = {
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    width: 420,
+    height: 220,
+    title: def.title,
+    data: { values },
+    mark: { type: 'line', point: values.length < 200 },
+    encoding: {
+      x: { field: 'step', type: 'quantitative', title: 'step' },
+      y: { field: 'value', type: 'quantitative', title: def.yTitle },
+      color: { field: 'line', type: 'nominal', title: runs.length > 1 ? 'run: series' : 'series' },
+      strokeDash: runs.length > 1 ? { field: 'run', type: 'nominal', title: 'run' } : undefined,
+    },
+  };
+  const view = new vega.View(vega.parse(vl.compile(spec).spec), { renderer: 'none' });
+  try {
+    return await view.toSVG();
+  } finally {
+    view.finalize();
+  }
+}
+
+function lastValue(run: RunData, key: string, phase: string): number | undefined {
+  for (let i = run.records.length - 1; i >= 0; i--) {
+    const r = run.records[i]!;
+    if (r.phase === phase && r.metrics[key] !== undefined) return r.metrics[key];
+  }
+  return undefined;
+}
+
+function firstValue(run: RunData, key: string, phase: string): number | undefined {
+  for (const r of run.records) if (r.phase === phase && r.metrics[key] !== undefined) return r.metrics[key];
+  return undefined;
+}
+
+const SUMMARY_ROWS: { label: string; key: string; phase: string; which: 'first' | 'last' }[] = [
+  { label: 'validation accuracy (first)', key: 'acc/mean', phase: 'valid', which: 'first' },
+  { label: 'validation accuracy (last)', key: 'acc/mean', phase: 'valid', which: 'last' },
+  { label: 'validation reward (last)', key: 'reward/mean', phase: 'valid', which: 'last' },
+  { label: 'train reward (last step)', key: 'reward/mean', phase: 'train', which: 'last' },
+  { label: 'tool calls per trajectory (last step)', key: 'tools/calls_per_traj', phase: 'train', which: 'last' },
+  { label: 'validation tool calls per question (last)', key: 'tools/calls_per_traj', phase: 'valid', which: 'last' },
+  { label: 'steps', key: 'step', phase: 'train', which: 'last' },
+];
+
+/** Renders the report HTML (a complete static page) for one or more runs. */
+export async function renderReport(runs: RunData[], title = 'arpo report'): Promise<string> {
+  if (runs.length === 0) throw new ArpoError('INVALID_ARGUMENT', 'report: no runs given');
+  const charts: string[] = [];
+  for (const def of REPORT_CHARTS) charts.push(`<figure>${await renderSvg(def, runs)}</figure>`);
+  const head = `<tr><th></th>${runs.map((r) => `<th>${escapeHtml(r.name)}</th>`).join('')}</tr>`;
+  const rows = SUMMARY_ROWS.map((row) => {
+    const cells = runs.map((run) => {
+      const v = row.key === 'step' ? run.records.filter((r) => r.phase === 'train').length : row.which === 'first' ? firstValue(run, row.key, row.phase) : lastValue(run, row.key, row.phase);
+      return `<td>${v === undefined ? '-' : Number.isInteger(v) ? String(v) : v.toFixed(3)}</td>`;
+    });
+    return `<tr><th>${escapeHtml(row.label)}</th>${cells.join('')}</tr>`;
+  });
+  return [
+    '<!doctype html>',
+    '<html lang="en"><head><meta charset="utf-8">',
+    `<title>${escapeHtml(title)}</title>`,
+    '<style>body{font-family:system-ui,sans-serif;margin:24px;color:#222}figure{display:inline-block;margin:8px}',
+    'table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}th:first-child{text-align:left}.empty{color:#888}</style>',
+    '</head><body>',
+    `<h1>${escapeHtml(title)}</h1>`,
+    `<p>Runs: ${runs.map((r) => `<code>${escapeHtml(r.dir)}</code>`).join(', ')}</p>`,
+    `<table id="summary">${head}${rows.join('')}</table>`,
+    `<section id="charts">${charts.join('\n')}</section>`,
+    '</body></html>',
+  ].join('\n');
+}
+
+/** Writes <out> (default: <first run>/report.html) atomically and returns its path. */
+export async function writeReport(runDirs: readonly string[], out?: string): Promise<string> {
+  const runs = runDirs.map((d) => readRun(d));
+  const names = new Set<string>();
+  runs.forEach((r, i) => {
+    if (names.has(r.name)) r.name = `${r.name} (${i + 1})`;
+    names.add(r.name);
+  });
+  const html = await renderReport(runs, runs.length > 1 ? `arpo report: ${runs.map((r) => r.name).join(' vs ')}` : `arpo report: ${runs[0]!.name}`);
+  const file = out ?? path.join(runDirs[0]!, 'report.html');
+  const tmp = `${file}.tmp-${process.pid}`;
+  fs.writeFileSync(tmp, html);
+  fs.renameSync(tmp, file);
+  return file;
+}
