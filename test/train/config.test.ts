@@ -9,12 +9,12 @@ describe('run config', () => {
     const c = defaultConfig();
     expect(c.rollout.budget).toBe(16);
     expect(c.rollout.initialSamples).toBe(8);
-    expect(c.rollout.branches).toBe(1);
+    expect(c.rollout.branchesPerDecision).toBe(1);
     expect(c.rollout.branchProbability).toBe(0.5);
     expect(c.rollout.entropyWeight).toBe(0.2);
-    expect(c.rollout.decisionRule).toBe('bernoulli');
+    expect(c.rollout.branchRule).toBe('bernoulli');
     expect(c.rollout.entropyWindow).toBe(20);
-    expect(c.rollout.maxToolCalls).toBe(5);
+    expect(c.rollout.toolCallLimit).toBe(5);
     expect(c.loss.klCoef).toBe(0);
     expect(c.optim.lr).toBe(1e-6);
     for (const [p, spec] of Object.entries(OPTIONS)) {
