@@ -1,5 +1,5 @@
 /** Jest: TypeScript through ts-jest (transpile only; `tsc --noEmit` type-checks), ESM-only deps transformed to CJS. */
-const esmOnly = ['hyparquet', 'hyparquet-compressors', 'tinybench', 'vega', 'vega-[a-z-]+', 'd3-[a-z-]+', 'delaunator', 'robust-predicates', 'internmap', '@huggingface'];
+const esmOnly = ['hyparquet', 'hyparquet-compressors', 'tinybench', 'vega', 'vega-[a-z-]+', 'd3-[a-z-]+', 'delaunator', 'robust-predicates', 'internmap', '@huggingface', 'hysnappy'];
 module.exports = {
   testEnvironment: 'node',
   roots: ['<rootDir>/test'],
