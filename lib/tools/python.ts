@@ -1,0 +1,423 @@
+// Sandboxed Python interpreter for `<python>` calls: each call runs
+// `/usr/bin/python3 -I` in a fresh child process with no network, another
+// user, an empty environment, resource limits and a private working directory.
+import { spawn, spawnSync } from 'child_process';
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+import { ArpoError, invalidArgument } from '../errors';
+import { PYTHON_DRIVER } from './python-driver';
+import type { Tool, ToolCallContext, ToolOutput } from './tool';
+
+/** How much isolation this machine allows; detected once per process by {@link detectIsolation}. */
+export interface Isolation {
+  /** `namespace`: a new, empty network namespace. `socket-blocked`: socket creation raises (a Python-level guard). */
+  readonly network: 'namespace' | 'socket-blocked';
+  /** `uid`: the code runs as the sandbox uid. `unchanged`: as the caller (no privilege to switch). */
+  readonly user: 'uid' | 'unchanged';
+  /** `private-tmpfs`: its own /tmp, /var/tmp, /dev/shm, /run/lock (tmpfs, gone with the call). `temp-dir`: a fresh directory, removed after. */
+  readonly filesystem: 'private-tmpfs' | 'temp-dir';
+  /** `pid-namespace`: every process dies with the call. `process-group`: the group is killed (a setsid() escapee survives). */
+  readonly processes: 'pid-namespace' | 'process-group';
+  /** `prlimit` (util-linux) or `ulimit` (sh builtin). */
+  readonly limits: 'prlimit' | 'ulimit';
+  /** The `unshare` flags that work here, when namespaces are used. */
+  readonly unshareFlags: readonly string[];
+  /** One line for logs: `network=namespace user=uid:65534 …`. */
+  readonly summary: string;
+}
+
+/** Options of {@link PythonSandbox}; defaults suit one short tool call. */
+export interface PythonSandboxOptions {
+  /** Interpreter (default `/usr/bin/python3`: Debian's, with numpy and sympy). */
+  python?: string;
+  /** Wall limit of one run, ms (default 10000); the whole process tree is killed. */
+  timeoutMs?: number;
+  /** CPU seconds (RLIMIT_CPU; default: the wall limit rounded up, plus 1). */
+  cpuSeconds?: number;
+  /** Address space bytes (RLIMIT_AS; default 2 GiB). */
+  memoryBytes?: number;
+  /** Processes and threads of the sandbox user (RLIMIT_NPROC; default 64). */
+  maxProcesses?: number;
+  /** Largest file the code may write (RLIMIT_FSIZE; default 16 MiB). */
+  maxFileBytes?: number;
+  /** Size of the private /tmp (default 64 MiB). */
+  tmpBytes?: number;
+  /** Bytes kept of stdout and of stderr each (default 64 KiB); the rest is drained and counted. */
+  maxOutputBytes?: number;
+  /**
+   * First uid of the sandbox users (default 62000), used when the process may
+   * switch user. Each concurrent run takes its own uid from
+   * [uid, uid + uidPoolSize): RLIMIT_NPROC counts processes per uid system-wide,
+   * so with one shared uid a fork bomb in one call would starve the others.
+   */
+  uid?: number;
+  /** Number of sandbox uids (default 64; more concurrent runs than that share uids). */
+  uidPoolSize?: number;
+  /** Group of the sandbox processes (default 65534, `nogroup`). */
+  gid?: number;
+  /** Final expression: `repr` (REPL, default), `print` (the reference: print(value)), `none`. */
+  lastExpression?: 'repr' | 'print' | 'none';
+  /** `auto` (default): the strongest isolation detected. `basic`: force the fallback (no namespaces). */
+  isolation?: 'auto' | 'basic';
+}
+
+/** What one run did. */
+export interface PythonRun {
+  readonly stdout: string;
+  readonly stderr: string;
+  readonly exitCode: number | null;
+  /** Signal that ended the interpreter (e.g. `SIGXCPU`, `SIGKILL`), if any. */
+  readonly signal: string | null;
+  readonly timedOut: boolean;
+  readonly cancelled: boolean;
+  /** Bytes of stdout + stderr dropped beyond `maxOutputBytes`. */
+  readonly droppedBytes: number;
+  readonly ms: number;
+  readonly isolation: Isolation;
+}
+
+const ROOT_FLAGS = ['--net', '--mount', '--pid', '--fork', '--kill-child', '--mount-proc'];
+// Without root: a user namespace maps us to root inside it, which allows the rest.
+const USERNS_FLAGS = ['--user', '--map-root-user', ...ROOT_FLAGS];
+const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
+
+function tryRun(cmd: string, args: string[], input?: string): { ok: boolean; out: string } {
+  const r = spawnSync(cmd, args, { input, encoding: 'utf8', timeout: 10000, env: { PATH: SANDBOX_PATH } });
+  return { ok: r.status === 0 && !r.error, out: (r.stdout ?? '').trim() };
+}
+
+const detected = new Map<string, Isolation>();
+/** Sandbox uids taken by runs in flight in this process. */
+const uidsInUse = new Set<number>();
+
+/**
+ * Probes what this machine allows, strongest first: an unprivileged uid
+ * (`setpriv`, needs root), new namespaces (`unshare`: net + mount + pid),
+ * `prlimit`. Cached per (python, uid, mode).
+ */
+export function detectIsolation(python = '/usr/bin/python3', uid = 62000, gid = 65534, mode: 'auto' | 'basic' = 'auto', uidPoolSize = 1): Isolation {
+  const key = `${python}|${uid}|${gid}|${mode}|${uidPoolSize}`;
+  const hit = detected.get(key);
+  if (hit) return hit;
+  if (!fs.existsSync(python)) throw new ArpoError('TOOL_FAILED', `Python interpreter ${python} not found; install python3 or pass { python }`);
+  const isRoot = process.getuid?.() === 0;
+  const setprivArgs = [`--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', '--no-new-privs', '--inh-caps=-all', '--bounding-set=-all'];
+  const user = isRoot && tryRun('setpriv', [...setprivArgs, python, '-I', '-c', 'import os; print(os.getuid())']).out === String(uid) ? 'uid' : 'unchanged';
+  let unshareFlags: string[] = [];
+  if (mode === 'auto') {
+    // The probe does what a run does: mount a tmpfs, then find no network.
+    const probe = `mount -t tmpfs -o size=1m tmpfs /tmp && ${python} -I -c "import socket
+try:
+    socket.create_connection(('192.0.2.1', 9), timeout=1)
+except OSError:
+    print('isolated')"`;
+    for (const flags of isRoot ? [ROOT_FLAGS, USERNS_FLAGS] : [USERNS_FLAGS]) {
+      if (tryRun('unshare', [...flags, '/bin/sh', '-c', probe]).out === 'isolated') {
+        unshareFlags = flags;
+        break;
+      }
+    }
+  }
+  const limits = tryRun('prlimit', ['--version']).ok ? 'prlimit' : 'ulimit';
+  const ns = unshareFlags.length > 0;
+  const iso: Isolation = {
+    network: ns ? 'namespace' : 'socket-blocked',
+    // Inside a user namespace (non-root caller) the uid cannot be switched.
+    user: user === 'uid' && (!ns || unshareFlags === ROOT_FLAGS) ? 'uid' : 'unchanged',
+    filesystem: ns ? 'private-tmpfs' : 'temp-dir',
+    processes: ns ? 'pid-namespace' : 'process-group',
+    limits,
+    unshareFlags,
+    summary: '',
+  };
+  const summary = `network=${iso.network} user=${iso.user === 'uid' ? (uidPoolSize > 1 ? `uids:${uid}-${uid + uidPoolSize - 1}` : `uid:${uid}`) : 'unchanged'} fs=${iso.filesystem} processes=${iso.processes} limits=${iso.limits}`;
+  const done = Object.freeze({ ...iso, summary });
+  detected.set(key, done);
+  return done;
+}
+
+function checkInt(name: string, value: number, min: number): number {
+  if (!Number.isInteger(value) || value < min) throw invalidArgument(`an integer >= ${min}`, name, value);
+  return value;
+}
+
+function shellQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+/** Collects up to `max` bytes of a stream and counts the rest (the pipe is always drained, so the child never blocks). */
+class Capture {
+  private readonly chunks: Buffer[] = [];
+  private kept = 0;
+  dropped = 0;
+  constructor(private readonly max: number) {}
+  add(chunk: Buffer): void {
+    const room = this.max - this.kept;
+    if (room > 0) {
+      const part = chunk.length <= room ? chunk : chunk.subarray(0, room);
+      this.chunks.push(part);
+      this.kept += part.length;
+    }
+    this.dropped += Math.max(0, chunk.length - Math.max(room, 0));
+  }
+  text(): string {
+    // Invalid UTF-8 (binary output) becomes U+FFFD instead of throwing.
+    return new TextDecoder('utf-8', { fatal: false }).decode(Buffer.concat(this.chunks));
+  }
+}
+
+/** Runs Python code in a fresh sandboxed process per call. */
+export class PythonSandbox {
+  readonly python: string;
+  readonly timeoutMs: number;
+  readonly cpuSeconds: number;
+  readonly memoryBytes: number;
+  readonly maxProcesses: number;
+  readonly maxFileBytes: number;
+  readonly tmpBytes: number;
+  readonly maxOutputBytes: number;
+  readonly uid: number;
+  readonly uidPoolSize: number;
+  readonly gid: number;
+  readonly lastExpression: 'repr' | 'print' | 'none';
+  readonly isolation: Isolation;
+
+  constructor(options: PythonSandboxOptions = {}) {
+    this.python = options.python ?? '/usr/bin/python3';
+    this.timeoutMs = checkInt('timeoutMs', options.timeoutMs ?? 10000, 1);
+    this.cpuSeconds = checkInt('cpuSeconds', options.cpuSeconds ?? Math.ceil(this.timeoutMs / 1000) + 1, 1);
+    this.memoryBytes = checkInt('memoryBytes', options.memoryBytes ?? 2 * 1024 ** 3, 64 * 1024 ** 2);
+    this.maxProcesses = checkInt('maxProcesses', options.maxProcesses ?? 64, 1);
+    this.maxFileBytes = checkInt('maxFileBytes', options.maxFileBytes ?? 16 * 1024 ** 2, 1);
+    this.tmpBytes = checkInt('tmpBytes', options.tmpBytes ?? 64 * 1024 ** 2, 1024 ** 2);
+    this.maxOutputBytes = checkInt('maxOutputBytes', options.maxOutputBytes ?? 64 * 1024, 1);
+    this.uid = checkInt('uid', options.uid ?? 62000, 1);
+    this.uidPoolSize = checkInt('uidPoolSize', options.uidPoolSize ?? 64, 1);
+    this.gid = checkInt('gid', options.gid ?? 65534, 1);
+    this.lastExpression = options.lastExpression ?? 'repr';
+    if (!['repr', 'print', 'none'].includes(this.lastExpression)) throw invalidArgument('"repr", "print" or "none"', 'lastExpression', this.lastExpression);
+    const mode = options.isolation ?? 'auto';
+    if (mode !== 'auto' && mode !== 'basic') throw invalidArgument('"auto" or "basic"', 'isolation', mode);
+    this.isolation = detectIsolation(this.python, this.uid, this.gid, mode, this.uidPoolSize);
+  }
+
+  /** `prlimit …` arguments (or a `ulimit` prefix for sh) for the limits. */
+  private limitArgs(): string[] {
+    return [
+      `--as=${this.memoryBytes}`,
+      // Soft < hard: the soft limit sends SIGXCPU (reported as a CPU limit); at
+      // soft == hard the kernel would send a bare SIGKILL instead.
+      `--cpu=${this.cpuSeconds}:${this.cpuSeconds + 1}`,
+      `--nproc=${this.maxProcesses}`,
+      `--fsize=${this.maxFileBytes}`,
+      '--nofile=256',
+      '--core=0',
+    ];
+  }
+
+  private ulimitScript(): string {
+    // ulimit -v and -f count KiB (dash and bash); -u processes; -t seconds.
+    return `ulimit -t ${this.cpuSeconds + 1} && ulimit -S -t ${this.cpuSeconds} && ulimit -v ${Math.floor(this.memoryBytes / 1024)} -u ${this.maxProcesses} -f ${Math.max(1, Math.floor(this.maxFileBytes / 1024))} -n 256 -c 0`;
+  }
+
+  /** The interpreter command line, wrapped in limits and the user switch. */
+  private interpreter(uid: number): string[] {
+    const iso = this.isolation;
+    const py = [this.python, '-I', '-c', PYTHON_DRIVER, `--last=${this.lastExpression}`];
+    if (iso.network !== 'namespace') py.push('--block-net');
+    const user =
+      iso.user === 'uid'
+        ? ['setpriv', `--reuid=${uid}`, `--regid=${this.gid}`, '--clear-groups', '--no-new-privs', '--inh-caps=-all', '--bounding-set=-all', '--']
+        : [];
+    if (iso.limits === 'prlimit') return ['prlimit', ...this.limitArgs(), '--', ...user, ...py];
+    return ['/bin/sh', '-c', `${this.ulimitScript()} && exec "$@"`, 'sh', ...user, ...py];
+  }
+
+  /** Runs `code`; resolves with what happened (never rejects for the code's own failures). */
+  async run(code: string, options: { signal?: AbortSignal } = {}): Promise<PythonRun> {
+    if (typeof code !== 'string') throw invalidArgument('a string', 'code', code);
+    // The first sandbox uid no run of this process is using (shared only when all are taken).
+    let uid = this.uid;
+    for (let i = 0; i < this.uidPoolSize; i++) {
+      if (!uidsInUse.has(this.uid + i)) {
+        uid = this.uid + i;
+        break;
+      }
+    }
+    const ownsUid = !uidsInUse.has(uid);
+    uidsInUse.add(uid);
+    try {
+      return await this.runAs(uid, code, options);
+    } finally {
+      if (ownsUid) uidsInUse.delete(uid);
+    }
+  }
+
+  private async runAs(uid: number, code: string, options: { signal?: AbortSignal }): Promise<PythonRun> {
+    const iso = this.isolation;
+    const env: Record<string, string> = {
+      // Nothing of the caller's environment: no secrets, no PYTHONPATH.
+      PATH: SANDBOX_PATH,
+      LANG: 'C.UTF-8',
+      LC_ALL: 'C.UTF-8',
+      OPENBLAS_NUM_THREADS: '1',
+      OMP_NUM_THREADS: '1',
+      MKL_NUM_THREADS: '1',
+      MPLBACKEND: 'Agg',
+    };
+    let cmd: string;
+    let args: string[];
+    let hostDir: string | undefined;
+    const inner = this.interpreter(uid);
+    if (iso.network === 'namespace') {
+      // Inside the new namespaces, as (namespace) root: private tmpfs mounts,
+      // then the interpreter as a child of sh, which stays PID 1 so that the
+      // code is an ordinary process (PID 1 ignores default-action signals such
+      // as SIGXCPU). When sh exits the kernel kills everything left in the PID
+      // namespace: daemons and double forks die with the call.
+      const chown = iso.user === 'uid' ? `chown ${uid}:${this.gid} /tmp/work && ` : '';
+      const script = [
+        'set -e',
+        `mount -t tmpfs -o size=${this.tmpBytes},mode=1777,nosuid,nodev tmpfs /tmp`,
+        'for d in /var/tmp /dev/shm /run/lock; do if [ -d "$d" ]; then mount -t tmpfs -o size=16m,mode=1777,nosuid,nodev tmpfs "$d"; fi; done',
+        `mkdir /tmp/work && ${chown}chmod 700 /tmp/work && cd /tmp/work`,
+        'set +e',
+        // sh's own notices ("Killed", "CPU time limit exceeded") would read as the
+        // code's stderr: sh's stderr goes to /dev/null, and a second sh moves the
+        // real stderr (fd 3) back to fd 2 before exec'ing the interpreter (dash
+        // applies a command's own redirections in the parent while it waits).
+        'exec 3>&2 2>/dev/null',
+        `/bin/sh -c 'exec 2>&3 3>&- && exec "$@"' sh ${inner.map(shellQuote).join(' ')}`,
+        'status=$?',
+        'exit $status',
+      ].join('\n');
+      cmd = 'unshare';
+      args = [...iso.unshareFlags, '--', '/bin/sh', '-c', script];
+      env.HOME = '/tmp/work';
+    } else {
+      hostDir = fs.mkdtempSync(path.join(os.tmpdir(), 'arpo-python-'));
+      if (iso.user === 'uid') fs.chownSync(hostDir, uid, this.gid);
+      fs.chmodSync(hostDir, 0o700);
+      env.HOME = hostDir;
+      [cmd, ...args] = inner as [string, ...string[]];
+    }
+    const started = performance.now();
+    const out = new Capture(this.maxOutputBytes);
+    const err = new Capture(this.maxOutputBytes);
+    const child = spawn(cmd, args, { cwd: hostDir ?? '/', env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
+    let timedOut = false;
+    let cancelled = false;
+    // SIGKILL to the whole process group (and, via --kill-child, the namespace).
+    const killTree = () => {
+      if (child.pid !== undefined) {
+        try {
+          process.kill(-child.pid, 'SIGKILL');
+        } catch {
+          /* already gone */
+        }
+      }
+    };
+    const timer = setTimeout(() => {
+      timedOut = true;
+      killTree();
+    }, this.timeoutMs);
+    const onAbort = () => {
+      cancelled = true;
+      killTree();
+    };
+    if (options.signal?.aborted) onAbort();
+    else options.signal?.addEventListener('abort', onAbort, { once: true });
+    child.stdout.on('data', (c: Buffer) => out.add(c));
+    child.stderr.on('data', (c: Buffer) => err.add(c));
+    // Both pipes closed: every process holding them is gone (listening from the start: 'close' may precede 'exit').
+    const pipesClosed = Promise.all([new Promise((r) => child.stdout.once('close', r)), new Promise((r) => child.stderr.once('close', r))]);
+    child.stdin.on('error', () => {
+      /* the code may exit without reading all of its input */
+    });
+    child.stdin.end(code);
+    try {
+      const [exitCode, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve, reject) => {
+        child.once('error', reject);
+        child.once('exit', (c, s) => resolve([c, s]));
+      });
+      // Whatever is left in the group (background children) dies now.
+      killTree();
+      // Pipes close once the last holder is gone; don't wait on an escapee forever.
+      let grace: NodeJS.Timeout | undefined;
+      await Promise.race([pipesClosed, new Promise((r) => (grace = setTimeout(r, 500)))]);
+      clearTimeout(grace);
+      child.stdout.destroy();
+      child.stderr.destroy();
+      let code = exitCode;
+      let sig: string | null = signal;
+      // sh reports a child killed by signal N as exit status 128 + N.
+      if (iso.network === 'namespace' && code !== null && code > 128 && code < 128 + 65) {
+        sig = os.constants.signals ? (Object.entries(os.constants.signals).find(([, n]) => n === (code as number) - 128)?.[0] ?? null) : null;
+        code = null;
+      }
+      return {
+        stdout: out.text(),
+        stderr: err.text(),
+        exitCode: code,
+        signal: sig,
+        timedOut,
+        cancelled,
+        droppedBytes: out.dropped + err.dropped,
+        ms: performance.now() - started,
+        isolation: iso,
+      };
+    } catch (e) {
+      throw new ArpoError('TOOL_FAILED', `Cannot start the python sandbox (${cmd}): ${(e as Error).message}`, { cause: e });
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+      killTree();
+      if (hostDir) fs.rmSync(hostDir, { recursive: true, force: true });
+    }
+  }
+}
+
+/** The text the model reads for a run: output, then the error and why the run ended. */
+export function describeRun(run: PythonRun, sandbox: Pick<PythonSandbox, 'timeoutMs' | 'cpuSeconds' | 'memoryBytes' | 'maxFileBytes' | 'maxOutputBytes'>): ToolOutput {
+  const parts: string[] = [];
+  const stdout = run.stdout.replace(/\s+$/, '');
+  const stderr = run.stderr.replace(/\s+$/, '');
+  if (stdout) parts.push(stdout);
+  if (stderr) parts.push(stderr);
+  let ok = run.exitCode === 0 && !run.timedOut && !run.cancelled;
+  if (run.timedOut) parts.push(`Error: execution timed out after ${(sandbox.timeoutMs / 1000).toFixed(1)} s; the process was killed.`);
+  else if (run.cancelled) parts.push('Error: execution was cancelled.');
+  else if (run.signal === 'SIGXCPU') parts.push(`Error: CPU time limit of ${sandbox.cpuSeconds} s exceeded; the process was killed.`);
+  else if (run.signal === 'SIGXFSZ') parts.push(`Error: file size limit of ${sandbox.maxFileBytes} bytes exceeded.`);
+  else if (run.signal) parts.push(`Error: the process was killed by ${run.signal} (memory, CPU or process limit).`);
+  if (run.droppedBytes > 0) parts.push(`[output truncated: ${run.droppedBytes} more bytes; ${sandbox.maxOutputBytes} bytes kept per stream]`);
+  if (run.signal) ok = false;
+  const text = parts.length ? parts.join('\n') : '(no output)';
+  return {
+    text,
+    ok,
+    meta: { isolation: run.isolation.summary, exitCode: run.exitCode, signal: run.signal, timedOut: run.timedOut, sandboxMs: Math.round(run.ms) },
+  };
+}
+
+/** The `<python>` tool: a {@link PythonSandbox} behind the tag protocol. */
+export class PythonTool implements Tool {
+  readonly name: string;
+  readonly tag: string;
+  readonly cacheKey: string;
+  readonly sandbox: PythonSandbox;
+
+  constructor(options: PythonSandboxOptions & { tag?: string; name?: string } = {}) {
+    this.sandbox = new PythonSandbox(options);
+    this.tag = options.tag ?? 'python';
+    this.name = options.name ?? 'python';
+    const s = this.sandbox;
+    this.cacheKey = JSON.stringify([s.python, s.lastExpression, s.timeoutMs, s.memoryBytes, s.maxOutputBytes]);
+  }
+
+  async execute(content: string, ctx: ToolCallContext): Promise<ToolOutput> {
+    const run = await this.sandbox.run(content, { signal: ctx.signal });
+    return describeRun(run, this.sandbox);
+  }
+}
