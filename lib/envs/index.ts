@@ -1,0 +1,32 @@
+// Embedded environments that run with nothing downloaded; today the demo world (lib/envs/demo).
+export {
+  buildDemoEnvironment,
+  questionRow,
+  DEMO_DATA_SOURCE,
+  DEMO_SYSTEM_PROMPT,
+  DEMO_CHAT_TEMPLATE,
+  renderChatML,
+  localRunTool,
+  localSearch,
+  localPython,
+  openDemoTools,
+} from './demo';
+export type {
+  BuildDemoOptions,
+  DemoEnvironment,
+  DemoFiles,
+  DemoManifest,
+  DemoSizes,
+  DemoTools,
+  DemoToolsOptions,
+  DemoQuestion,
+  QuestionFamily,
+  SolutionStep,
+  SftTrace,
+  TraceSegment,
+  Flaw,
+  RunTool,
+  World,
+  Entity,
+  Split,
+} from './demo';
