@@ -13,7 +13,7 @@
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-fno-rtti"],
-      "cflags_cc": ["-std=c++17", "-O3", "-fexceptions"],
+      "cflags_cc": ["-std=c++17", "-O3", "-march=native", "-fexceptions"],
       "ldflags": ["-pthread"]
     }
   ]

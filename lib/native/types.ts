@@ -1,7 +1,221 @@
 // The whole raw native surface, typed in one place. User-facing wrappers
 // (lib/native/kernels.ts, lib/model/) validate arguments before calling these.
-export interface NativeAddon {
+
+/** Logits (T, V) row-major: float32, or bfloat16 as raw uint16 bits. */
+export type LogitsArray = Float32Array | Uint16Array;
+
+/** Numeric policy-loss settings as the addon reads them (enums as integers). */
+export interface RawPolicyLossConfig {
+  clipLow: number;
+  clipHigh: number;
+  dualClipC: number;
+  /** 0 k1, 1 k2, 2 k3 (low_var_kl), 3 abs */
+  klType: number;
+  klCoef: number;
+  entropyCoef: number;
+  /** 0 token-mean, 1 seq-mean-token-mean, 2 seq-mean-token-sum, 3 seq-mean-token-sum-norm */
+  aggregation: number;
+  temperature: number;
+  denominator: number;
+  normConstant: number;
+  gradScale: number;
+}
+
+/** Aggregated loss and masked-mean metrics returned by policyLoss. */
+export interface PolicyLossResult {
+  /** Aggregated total loss, times gradScale. */
+  loss: number;
+  /** Aggregated policy-gradient part (not scaled). */
+  pgLoss: number;
+  pgClipfrac: number;
+  pgClipfracLower: number;
+  ppoKl: number;
+  /** Masked mean entropy (nats). */
+  entropy: number;
+  /** Masked mean KL to the reference policy. */
+  kl: number;
+  /** sum(mask). */
+  tokens: number;
+}
+
+// ---------------------------------------------------------------- kernels (native/napi/kernels.cc)
+// Positional raw calls: outputs are caller-allocated typed arrays (null = not
+// computed); lengths are re-checked in C++.
+export interface NativeKernels {
+  noop(): void;
+  logitsStats(
+    logits: LogitsArray, T: number, V: number, targets: Int32Array | null, temperature: number, threads: number,
+    logsumexp: Float32Array | null, entropy: Float32Array | null, entropyNorm: Float32Array | null,
+    targetLogprob: Float32Array | null,
+  ): void;
+  logitsStatsAsync(
+    logits: LogitsArray, T: number, V: number, targets: Int32Array | null, temperature: number, threads: number,
+    logsumexp: Float32Array | null, entropy: Float32Array | null, entropyNorm: Float32Array | null,
+    targetLogprob: Float32Array | null,
+  ): Promise<void>;
+  sampleTokens(
+    logits: LogitsArray, T: number, V: number, streams: BigUint64Array | null, positions: BigInt64Array | null,
+    temperature: number, topK: number, topP: number, seed: bigint, threads: number,
+    tokens: Int32Array, logprobs: Float32Array | null, entropy: Float32Array | null, entropyNorm: Float32Array | null,
+  ): void;
+  sampleTokensAsync(
+    logits: LogitsArray, T: number, V: number, streams: BigUint64Array | null, positions: BigInt64Array | null,
+    temperature: number, topK: number, topP: number, seed: bigint, threads: number,
+    tokens: Int32Array, logprobs: Float32Array | null, entropy: Float32Array | null, entropyNorm: Float32Array | null,
+  ): Promise<void>;
+  entropyDelta(
+    entropy: Float32Array, starts: BigInt64Array, ends: BigInt64Array, baseline: Int32Array | null, k: number,
+    windowMean: Float32Array, windowCount: Int32Array | null, delta: Float32Array | null,
+  ): void;
+  policyLoss(
+    logits: LogitsArray, T: number, V: number, targets: Int32Array, oldLogprobs: Float32Array, advantages: Float32Array,
+    mask: Float32Array, seqIds: Int32Array | null, numSeqs: number, refLogprobs: Float32Array | null,
+    config: RawPolicyLossConfig, threads: number, grad: Float32Array | null, logprobs: Float32Array | null,
+    entropy: Float32Array | null,
+  ): PolicyLossResult;
+  policyLossAsync(
+    logits: LogitsArray, T: number, V: number, targets: Int32Array, oldLogprobs: Float32Array, advantages: Float32Array,
+    mask: Float32Array, seqIds: Int32Array | null, numSeqs: number, refLogprobs: Float32Array | null,
+    config: RawPolicyLossConfig, threads: number, grad: Float32Array | null, logprobs: Float32Array | null,
+    entropy: Float32Array | null,
+  ): Promise<PolicyLossResult>;
+  treeReduce(
+    parent: Int32Array, leafNode: Int32Array, leafAdvantage: Float32Array,
+    nodeSum: Float32Array | null, nodeMean: Float32Array | null, nodeCount: Int32Array | null,
+  ): void;
+  treeExpand(tokenValue: Float32Array, nodeValue: Float32Array, tokenOffset: BigInt64Array, tokenCount: BigInt64Array): void;
+  /** Plain sum of the values (bandwidth baseline for bench/stats.ts). */
+  benchSum(values: Float32Array, threads: number): number;
+}
+
+// ---------------------------------------------------------------- the addon
+export interface NativeAddon extends NativeKernels, NativeModelAddon {
   readonly hasTorch: boolean;
   readonly hasCuda: boolean;
-  noop(): void;
+}
+
+// ---------------------------------------------------------------- model (native/napi/torch)
+// Owned by the model-core work (native/napi/torch/model.cc); wrapped by
+// lib/model/policy-model.ts, which validates every argument first. Present on
+// the addon only when it was built with libtorch (`hasTorch`).
+
+/** The decoder architecture as the addon reads it (lib/model/checkpoint.ts ModelConfig fits it). */
+export interface RawModelConfig {
+  modelType: string;
+  vocabSize: number;
+  hiddenSize: number;
+  intermediateSize: number;
+  numHiddenLayers: number;
+  numAttentionHeads: number;
+  numKeyValueHeads: number;
+  headDim: number;
+  maxPositionEmbeddings: number;
+  ropeTheta: number;
+  rmsNormEps: number;
+  qkvBias: boolean;
+  outputBias: boolean;
+  mlpBias: boolean;
+  tieWordEmbeddings: boolean;
+  initializerRange: number;
+  ropeScaling: { type: string; factor?: number; lowFreqFactor?: number; highFreqFactor?: number; originalMaxPositionEmbeddings?: number };
+}
+export interface RawModelOptions {
+  /** Compute (and parameter) dtype. */
+  dtype: 'float32' | 'bfloat16' | 'float64';
+  /** libtorch intra-op threads and kernel threads; 0 = leave libtorch's default, kernels use every core. */
+  threads: number;
+  /** KV-cache block size in tokens, initial pool blocks, block limit (0 = grow without limit). */
+  blockSize: number;
+  initialBlocks: number;
+  maxBlocks: number;
+}
+export interface RawDecodeResult {
+  tokens: Int32Array;
+  logprobs: Float32Array;
+  entropies: Float32Array;
+  normEntropies: Float32Array;
+}
+/** One micro-batch of packed sequences; per-token arrays aligned to tokens. */
+export interface RawMicroBatch {
+  tokens: Int32Array;
+  lengths: Int32Array;
+  mask: Float32Array;
+  oldLogprobs?: Float32Array;
+  advantages?: Float32Array;
+  refLogprobs?: Float32Array;
+}
+export interface RawOptimConfig {
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weightDecay: number;
+  maxGradNorm: number;
+  warmupSteps: number;
+  totalSteps: number;
+  /** 0 constant, 1 linear, 2 cosine */
+  schedule: number;
+  minLrRatio: number;
+}
+export interface RawTrainMetrics {
+  loss: number;
+  pgLoss: number;
+  pgClipfrac: number;
+  pgClipfracLower: number;
+  ppoKl: number;
+  entropy: number;
+  kl: number;
+  gradNorm: number;
+  lr: number;
+  tokens: number;
+  step: number;
+  skipped: boolean;
+}
+export interface RawCacheStats {
+  blockSize: number;
+  blocksTotal: number;
+  blocksUsed: number;
+  bytesPerBlock: number;
+  bytesUsed: number;
+  bytesUnshared: number;
+  paths: number;
+  tokens: number;
+}
+export interface RawModelInfo {
+  dtype: string;
+  numParameters: number;
+  optimizerSteps: number;
+  hasReference: boolean;
+  threads: number;
+}
+export interface NativeModelInstance {
+  initWeights(seed: bigint): Promise<void>;
+  loadCheckpoint(dir: string): Promise<void>;
+  saveWeights(file: string, dtype?: string): Promise<void>;
+  saveOptimizer(file: string): Promise<void>;
+  loadOptimizer(file: string): Promise<void>;
+  newPath(stream: bigint): number;
+  fork(path: number, prefixLength: number, stream: bigint): number;
+  freePath(path: number): void;
+  pathLength(path: number): number;
+  extend(paths: Int32Array, tokens: Int32Array, lengths: Int32Array,
+    sampling: { temperature: number; topK: number; topP: number; seed: bigint }): Promise<RawDecodeResult>;
+  /** (P * V) float32 logits of each path's last position; appends like extend, samples nothing. */
+  extendLogits(paths: Int32Array, tokens: Int32Array, lengths: Int32Array): Promise<Float32Array>;
+  logprobs(tokens: Int32Array, lengths: Int32Array, temperature: number): Promise<{ logprobs: Float32Array; entropies: Float32Array }>;
+  /** (N * V) float32 logits of every position (no cache). */
+  forwardLogits(tokens: Int32Array, lengths: Int32Array): Promise<Float32Array>;
+  trainStep(batches: RawMicroBatch[], loss: RawPolicyLossConfig, optim: RawOptimConfig, mode: 'policy' | 'sft'): Promise<RawTrainMetrics>;
+  snapshotReference(): Promise<void>;
+  cacheStats(): RawCacheStats;
+  setThreads(threads: number): void;
+  info(): RawModelInfo;
+  dispose(): void;
+}
+export interface NativeModelConstructor {
+  new (config: RawModelConfig, options: RawModelOptions): NativeModelInstance;
+}
+/** The model part of the addon (absent in the kernels-only build). */
+export interface NativeModelAddon {
+  readonly NativeModel?: NativeModelConstructor;
 }

@@ -42,7 +42,9 @@ using Threads = int32_t;
 //   entropy[t]        = logsumexp[t] - sum_j p_tj z_tj           (nats)
 //   entropy_norm[t]   = entropy[t] / log(V)       (0 when V == 1)
 //   target_logprob[t] = z_t,target[t] - logsumexp[t]
-// -inf logits carry probability 0. A row of all -inf has logsumexp = -inf,
+// z is computed as logit * (1 / temperature) in float (CPU and CUDA alike, so
+// both see bit-identical z). -inf logits carry probability 0; NaN or +inf
+// logits give NaN statistics for their row. A row of all -inf has logsumexp = -inf,
 // entropy = 0 and target logprob = -inf. Targets < 0 are "ignore" (logprob 0);
 // targets >= V throw. Any output pointer may be null (not computed).
 void logits_stats(float* logsumexp,        // (T) or null
@@ -121,6 +123,13 @@ void entropy_delta(float* window_mean,       // (S)
 // by grad_scale) is written into grad (which may alias the float32 logits
 // buffer: rows are processed in chunks, each row read fully before it is
 // overwritten), so no second (T, V) buffer is allocated.
+// Details: targets < 0 mark ignored tokens and are allowed only where mask is
+// 0 (logprob 0, zero gradient row). seq_ids may be null unless the
+// aggregation is seq-mean-token-mean. A seq-mean-token-mean sequence whose
+// mask sums to 0 contributes 0 (verl would give NaN). pg_loss is not
+// multiplied by grad_scale; loss and grad are. Masked rows get a zero
+// gradient row. Ties in max/min/clamp split or pass the gradient exactly as
+// torch autograd does (maximum/minimum: half each; clamp: closed interval).
 enum class KLType : int32_t { K1 = 0, K2 = 1, K3 = 2 /* low_var_kl, clamped to [-10, 10] */, ABS = 3 };
 enum class Aggregation : int32_t {
   TokenMean = 0,             // sum(loss * mask) / sum(mask)
@@ -198,6 +207,12 @@ void tree_expand(float* token_value,          // (P)
                  const int64_t* token_offset, // (N)
                  const int64_t* token_count,  // (N)
                  int64_t N);
+
+// ---------------------------------------------------------------------------
+// Benchmark baseline (not a training kernel): sum of n floats read once with
+// the same blocking as logits_stats, so "stats time / plain_sum time" says
+// how close the fused kernel is to memory bandwidth.
+double plain_sum(const float* x, int64_t n, Threads threads);
 
 }  // namespace kernels
 }  // namespace arpo
