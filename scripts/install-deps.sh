@@ -2,10 +2,12 @@
 # Installs arpo's system dependencies on Debian/Ubuntu, skipping what is
 # present: compilers and cmake for the native addon, libtorch (CPU) for the
 # policy model, python3 with numpy and sympy for the sandboxed interpreter,
-# and Chromium for the report's browser test. Run as root (or with sudo).
+# Chromium for the report's browser test, and OpenBLAS (Debian's libtorch
+# otherwise runs its matrix products on the reference BLAS, ~10x slower).
+# Run as root (or with sudo).
 set -euo pipefail
 
-packages=(build-essential cmake ninja-build pkg-config libtorch-dev python3 python3-numpy python3-sympy chromium)
+packages=(build-essential cmake ninja-build pkg-config libtorch-dev libopenblas0-pthread python3 python3-numpy python3-sympy chromium)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

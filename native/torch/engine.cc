@@ -1,0 +1,367 @@
+// Paged KV cache with forking, batched extend-and-sample, and cache-free
+// sequence scoring (see engine.h for the slot layout and the contracts).
+#include "torch/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <unordered_set>
+
+namespace arpo {
+namespace model {
+
+// ---------------------------------------------------------------- KVCache
+
+KVCache::KVCache(int64_t layers, int64_t kv_heads, int64_t head_dim, at::ScalarType dtype, Options options)
+    : layers_(layers), kv_heads_(kv_heads), head_dim_(head_dim), dtype_(dtype), options_(options) {
+  if (options_.block_size < 1) throw ModelError("expected a positive block_size but received " + std::to_string(options_.block_size));
+  if (options_.initial_blocks < 1) options_.initial_blocks = 1;
+  if (options_.max_blocks < 0) throw ModelError("expected max_blocks >= 0 but received " + std::to_string(options_.max_blocks));
+  if (options_.max_blocks > 0) options_.initial_blocks = std::min(options_.initial_blocks, options_.max_blocks);
+  k_.resize(layers_);
+  v_.resize(layers_);
+  grow(options_.initial_blocks);
+}
+
+const KVCache::Path& KVCache::get(int32_t path) const {
+  auto it = paths_.find(path);
+  if (it == paths_.end()) throw ModelError("unknown or freed path " + std::to_string(path));
+  return it->second;
+}
+
+void KVCache::grow(int64_t min_free) {
+  const int64_t have = static_cast<int64_t>(refcount_.size());
+  int64_t want = std::max<int64_t>(have * 2, have + min_free);
+  if (options_.max_blocks > 0) want = std::min(want, options_.max_blocks);
+  if (want - have < min_free || want <= have)
+    throw ModelError("KV cache exhausted: " + std::to_string(have) + " blocks of " + std::to_string(options_.block_size) +
+                     " tokens in use and max_blocks is " + std::to_string(options_.max_blocks) +
+                     " (free paths, or raise max_blocks)");
+  const auto opts = at::TensorOptions().dtype(dtype_);
+  for (int64_t l = 0; l < layers_; ++l) {
+    at::Tensor k = at::zeros({want, options_.block_size, kv_heads_, head_dim_}, opts);
+    at::Tensor v = at::zeros({want, options_.block_size, kv_heads_, head_dim_}, opts);
+    if (have > 0) {
+      k.slice(0, 0, have).copy_(k_[l]);
+      v.slice(0, 0, have).copy_(v_[l]);
+    }
+    k_[l] = k;
+    v_[l] = v;
+  }
+  refcount_.resize(want, 0);
+  // Free list is a stack: push high ids first so low ids are handed out first.
+  for (int64_t b = want - 1; b >= have; --b) free_blocks_.push_back(static_cast<int32_t>(b));
+}
+
+int32_t KVCache::allocate_block() {
+  if (free_blocks_.empty()) grow(1);
+  const int32_t b = free_blocks_.back();
+  free_blocks_.pop_back();
+  refcount_[b] = 1;
+  return b;
+}
+
+int32_t KVCache::new_path(uint64_t stream) {
+  const int32_t id = next_path_++;
+  Path p;
+  p.stream = stream;
+  paths_.emplace(id, std::move(p));
+  return id;
+}
+
+int32_t KVCache::fork(int32_t parent, int64_t prefix, uint64_t stream) {
+  const Path& src = get(parent);
+  if (prefix < 0 || prefix > src.length)
+    throw ModelError("fork: expected prefixLength in [0, " + std::to_string(src.length) + "] for path " +
+                     std::to_string(parent) + " but received " + std::to_string(prefix));
+  Path child;
+  child.stream = stream;
+  child.length = prefix;
+  const int64_t nblocks = (prefix + options_.block_size - 1) / options_.block_size;
+  child.blocks.assign(src.blocks.begin(), src.blocks.begin() + nblocks);
+  for (int32_t b : child.blocks) ++refcount_[b];
+  const int32_t id = next_path_++;
+  paths_.emplace(id, std::move(child));
+  return id;
+}
+
+void KVCache::free_path(int32_t path) {
+  const Path& p = get(path);
+  for (int32_t b : p.blocks)
+    if (--refcount_[b] == 0) free_blocks_.push_back(b);
+  paths_.erase(path);
+}
+
+void KVCache::reserve(int32_t path, int64_t n) {
+  get(path);
+  Path& p = paths_.at(path);
+  const int64_t bs = options_.block_size;
+  if (n <= 0) return;
+  const int64_t first = p.length / bs, last = (p.length + n - 1) / bs;
+  for (int64_t b = first; b <= last; ++b) {
+    if (b < static_cast<int64_t>(p.blocks.size())) {
+      const int32_t old = p.blocks[b];
+      if (refcount_[old] > 1) {
+        // Copy-on-write: another path shares this block; rows before p.length
+        // are ours and must survive, rows at or after it are about to be written.
+        const int32_t fresh = allocate_block();
+        for (int64_t l = 0; l < layers_; ++l) {
+          k_[l][fresh].copy_(k_[l][old]);
+          v_[l][fresh].copy_(v_[l][old]);
+        }
+        --refcount_[old];
+        p.blocks[b] = fresh;
+      }
+    } else {
+      p.blocks.push_back(allocate_block());
+    }
+  }
+}
+
+void KVCache::slots(int32_t path, int64_t begin, int64_t end, int64_t* out) const {
+  const Path& p = get(path);
+  const int64_t bs = options_.block_size;
+  if (begin < 0 || end < begin || (end + bs - 1) / bs > static_cast<int64_t>(p.blocks.size()))
+    throw ModelError("slots: positions [" + std::to_string(begin) + ", " + std::to_string(end) +
+                     ") are not reserved for path " + std::to_string(path));
+  for (int64_t pos = begin; pos < end; ++pos) *out++ = static_cast<int64_t>(p.blocks[pos / bs]) * bs + pos % bs;
+}
+
+at::Tensor KVCache::keys(int64_t layer) const { return k_[layer].view({-1, kv_heads_, head_dim_}); }
+at::Tensor KVCache::values(int64_t layer) const { return v_[layer].view({-1, kv_heads_, head_dim_}); }
+
+int32_t KVCache::block_refcount(int32_t path, int64_t pos) const {
+  const Path& p = get(path);
+  const int64_t b = pos / options_.block_size;
+  if (pos < 0 || b >= static_cast<int64_t>(p.blocks.size())) return 0;
+  return refcount_[p.blocks[b]];
+}
+
+KVCache::Stats KVCache::stats() const {
+  Stats s;
+  s.block_size = options_.block_size;
+  s.blocks_total = static_cast<int64_t>(refcount_.size());
+  for (int32_t r : refcount_) s.blocks_used += r > 0;
+  s.bytes_per_block = 2 * layers_ * options_.block_size * kv_heads_ * head_dim_ * static_cast<int64_t>(c10::elementSize(dtype_));
+  s.bytes_used = s.blocks_used * s.bytes_per_block;
+  s.paths = static_cast<int64_t>(paths_.size());
+  for (const auto& [id, p] : paths_) {
+    s.tokens += p.length;
+    s.bytes_unshared += (p.length + options_.block_size - 1) / options_.block_size * s.bytes_per_block;
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------- packing and scoring
+
+PackedSequences pack_sequences(const std::vector<int32_t>& tokens, const std::vector<int64_t>& lengths,
+                               int64_t vocab, int64_t max_positions, const char* what) {
+  PackedSequences p;
+  const int64_t N = static_cast<int64_t>(tokens.size());
+  int64_t total = 0;
+  p.offsets.push_back(0);
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    if (lengths[s] < 1 || lengths[s] > max_positions)
+      throw ModelError(std::string(what) + ": expected sequence lengths in [1, " + std::to_string(max_positions) +
+                       "] but sequence " + std::to_string(s) + " has " + std::to_string(lengths[s]));
+    total += lengths[s];
+    p.offsets.push_back(total);
+  }
+  if (total != N)
+    throw ModelError(std::string(what) + ": sequence lengths sum to " + std::to_string(total) + " but " +
+                     std::to_string(N) + " tokens were given");
+  p.ids = at::empty({N}, at::kLong);
+  p.positions = at::empty({N}, at::kLong);
+  int64_t* ids = p.ids.data_ptr<int64_t>();
+  int64_t* pos = p.positions.data_ptr<int64_t>();
+  std::vector<int64_t> rows;
+  for (size_t s = 0; s + 1 < p.offsets.size(); ++s) {
+    for (int64_t i = p.offsets[s]; i < p.offsets[s + 1]; ++i) {
+      const int32_t t = tokens[i];
+      if (t < 0 || t >= vocab)
+        throw ModelError(std::string(what) + ": expected token ids in [0, " + std::to_string(vocab) +
+                         ") but token " + std::to_string(i) + " is " + std::to_string(t));
+      ids[i] = t;
+      pos[i] = i - p.offsets[s];
+      if (i + 1 < p.offsets[s + 1]) {
+        rows.push_back(i);
+        p.targets.push_back(tokens[i + 1]);
+        p.target_index.push_back(i + 1);
+        p.seq_of_row.push_back(static_cast<int32_t>(s));
+      }
+    }
+  }
+  p.rows = at::empty({static_cast<int64_t>(rows.size())}, at::kLong);
+  std::copy(rows.begin(), rows.end(), p.rows.data_ptr<int64_t>());
+  return p;
+}
+
+TokenStats score_sequences(const Model& model, const PackedSequences& packed, float temperature, int32_t threads) {
+  at::NoGradGuard no_grad;
+  const int64_t N = packed.ids.size(0), R = packed.rows.size(0), V = model.config().vocab_size;
+  TokenStats out;
+  out.logprobs.assign(N, 0.0f);
+  out.entropies.assign(N, 0.0f);
+  if (R == 0) return out;
+  at::Tensor hidden = model.forward_hidden(packed.ids, packed.positions, packed_causal_attention(packed.offsets));
+  at::Tensor rows_hidden = hidden.index_select(0, packed.rows);
+  // Chunk rows so one float32 logits chunk stays near 64 MiB: 64 MiB / (4 V)
+  // rows (e.g. 110 rows at V = 151,936).
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{64} << 20) / (4 * V));
+  std::vector<float> lp(R), ent(R);
+  for (int64_t a = 0; a < R; a += chunk) {
+    const int64_t b = std::min(R, a + chunk);
+    at::Tensor logits = model.logits(rows_hidden.slice(0, a, b)).to(at::kFloat).contiguous();
+    kernels::Logits L{logits.data_ptr<float>(), kernels::DType::F32, b - a, V};
+    kernels::logits_stats(nullptr, ent.data() + a, nullptr, lp.data() + a, L, packed.targets.data() + a, temperature,
+                          threads);
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    out.logprobs[packed.target_index[r]] = lp[r];
+    out.entropies[packed.target_index[r]] = ent[r];
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- Engine
+
+Engine::Engine(const Model& model, KVCache::Options options, int32_t threads)
+    : model_(model),
+      cache_(model.config().num_hidden_layers, model.config().num_key_value_heads, model.config().head_dim,
+             model.dtype(), options),
+      threads_(threads) {}
+
+at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::vector<std::vector<int32_t>>& inputs) {
+  const ModelConfig& c = model_.config();
+  const int64_t P = static_cast<int64_t>(paths.size());
+  if (P == 0) throw ModelError("extend: expected at least one path");
+  if (inputs.size() != paths.size())
+    throw ModelError("extend: " + std::to_string(paths.size()) + " paths but " + std::to_string(inputs.size()) + " inputs");
+  std::unordered_set<int32_t> seen;
+  int64_t N = 0;
+  for (int64_t i = 0; i < P; ++i) {
+    const int32_t path = paths[i];
+    if (!cache_.has_path(path)) throw ModelError("extend: unknown or freed path " + std::to_string(path));
+    if (!seen.insert(path).second) throw ModelError("extend: path " + std::to_string(path) + " appears twice");
+    const auto& in = inputs[i];
+    if (in.empty()) throw ModelError("extend: inputs[" + std::to_string(i) + "] (path " + std::to_string(path) + ") is empty");
+    const int64_t end = cache_.length(path) + static_cast<int64_t>(in.size());
+    if (end > c.max_position_embeddings)
+      throw ModelError("extend: path " + std::to_string(path) + " would reach " + std::to_string(end) +
+                       " tokens, beyond max_position_embeddings " + std::to_string(c.max_position_embeddings));
+    for (size_t j = 0; j < in.size(); ++j)
+      if (in[j] < 0 || in[j] >= c.vocab_size)
+        throw ModelError("extend: expected token ids in [0, " + std::to_string(c.vocab_size) + ") but inputs[" +
+                         std::to_string(i) + "][" + std::to_string(j) + "] is " + std::to_string(in[j]));
+    N += static_cast<int64_t>(in.size());
+  }
+  for (int64_t i = 0; i < P; ++i) cache_.reserve(paths[i], static_cast<int64_t>(inputs[i].size()));
+
+  // Pack new tokens; record where each path's rows are and its slots.
+  at::Tensor ids = at::empty({N}, at::kLong), positions = at::empty({N}, at::kLong);
+  at::Tensor write_slots = at::empty({N}, at::kLong);
+  std::vector<int64_t> row_begin(P), past(P);
+  at::Tensor last_rows = at::empty({P}, at::kLong);
+  int64_t r = 0;
+  for (int64_t i = 0; i < P; ++i) {
+    const int64_t len = cache_.length(paths[i]), n = static_cast<int64_t>(inputs[i].size());
+    row_begin[i] = r;
+    past[i] = len;
+    cache_.slots(paths[i], len, len + n, write_slots.data_ptr<int64_t>() + r);
+    for (int64_t j = 0; j < n; ++j, ++r) {
+      ids.data_ptr<int64_t>()[r] = inputs[i][j];
+      positions.data_ptr<int64_t>()[r] = len + j;
+    }
+    last_rows.data_ptr<int64_t>()[i] = r - 1;
+  }
+
+  // Single-token (decode) paths attend as one padded batch; multi-token
+  // (prefill) paths one by one, each over its own cached context.
+  std::vector<int64_t> decode, prefill;
+  int64_t max_ctx = 0;
+  for (int64_t i = 0; i < P; ++i) {
+    if (inputs[i].size() == 1) {
+      decode.push_back(i);
+      max_ctx = std::max(max_ctx, past[i] + 1);
+    } else {
+      prefill.push_back(i);
+    }
+  }
+  const int64_t B = static_cast<int64_t>(decode.size());
+  at::Tensor decode_rows = at::empty({B}, at::kLong), decode_slots = at::zeros({B, max_ctx}, at::kLong);
+  at::Tensor decode_pad = at::ones({B, max_ctx}, at::kBool);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t i = decode[b];
+    decode_rows.data_ptr<int64_t>()[b] = row_begin[i];
+    cache_.slots(paths[i], 0, past[i] + 1, decode_slots.data_ptr<int64_t>() + b * max_ctx);
+    decode_pad[b].slice(0, 0, past[i] + 1).fill_(false);
+  }
+  std::vector<at::Tensor> prefill_slots;
+  for (int64_t i : prefill) {
+    const int64_t total = past[i] + static_cast<int64_t>(inputs[i].size());
+    at::Tensor s = at::empty({total}, at::kLong);
+    cache_.slots(paths[i], 0, total, s.data_ptr<int64_t>());
+    prefill_slots.push_back(s);
+  }
+
+  const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim, G = H / KVH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const at::ScalarType acc = model_.dtype() == at::kDouble ? at::kDouble : at::kFloat;
+  AttentionFn attention = [&](int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    at::Tensor kpool = cache_.keys(layer), vpool = cache_.values(layer);
+    kpool.index_copy_(0, write_slots, k);
+    vpool.index_copy_(0, write_slots, v);
+    at::Tensor out = at::empty({N, H * D}, q.options());
+    for (size_t j = 0; j < prefill.size(); ++j) {
+      const int64_t i = prefill[j], a = row_begin[i], n = static_cast<int64_t>(inputs[i].size());
+      const at::Tensor& s = prefill_slots[j];
+      out.slice(0, a, a + n).copy_(
+          causal_attention(q.slice(0, a, a + n), kpool.index_select(0, s), vpool.index_select(0, s), past[i]));
+    }
+    if (B > 0) {
+      at::Tensor qd = q.index_select(0, decode_rows).view({B, KVH, G, D});
+      at::Tensor kd = kpool.index_select(0, decode_slots.view(-1)).view({B, max_ctx, KVH, D});
+      at::Tensor vd = vpool.index_select(0, decode_slots.view(-1)).view({B, max_ctx, KVH, D});
+      at::Tensor scores = at::matmul(qd, kd.permute({0, 2, 3, 1})).mul(scale);  // (B, KVH, G, max_ctx)
+      scores = scores.masked_fill(decode_pad.view({B, 1, 1, max_ctx}), -std::numeric_limits<double>::infinity());
+      at::Tensor probs = at::softmax(scores, -1, acc).to(q.scalar_type());
+      at::Tensor o = at::matmul(probs, vd.permute({0, 2, 1, 3}));  // (B, KVH, G, D)
+      out.index_copy_(0, decode_rows, o.reshape({B, H * D}));
+    }
+    return out;
+  };
+
+  at::Tensor logits;
+  {
+    at::NoGradGuard no_grad;
+    at::Tensor hidden = model_.forward_hidden(ids, positions, attention);
+    logits = model_.logits(hidden.index_select(0, last_rows)).to(at::kFloat).contiguous();
+  }
+  for (int64_t i = 0; i < P; ++i) cache_.advance(paths[i], static_cast<int64_t>(inputs[i].size()));
+  return logits;
+}
+
+DecodeResult Engine::extend(const std::vector<int32_t>& paths, const std::vector<std::vector<int32_t>>& inputs,
+                            const kernels::SamplingParams& sampling) {
+  at::Tensor logits = extend_logits(paths, inputs);
+  const int64_t P = static_cast<int64_t>(paths.size());
+  std::vector<uint64_t> streams(P);
+  std::vector<int64_t> positions(P);
+  for (int64_t i = 0; i < P; ++i) {
+    streams[i] = cache_.stream(paths[i]);
+    positions[i] = cache_.length(paths[i]);
+  }
+  DecodeResult out;
+  out.tokens.resize(P);
+  out.logprobs.resize(P);
+  out.entropies.resize(P);
+  out.norm_entropies.resize(P);
+  kernels::Logits L{logits.data_ptr<float>(), kernels::DType::F32, P, model_.config().vocab_size};
+  kernels::sample_tokens(out.tokens.data(), out.logprobs.data(), out.entropies.data(), out.norm_entropies.data(), L,
+                         streams.data(), positions.data(), sampling, threads_);
+  return out;
+}
+
+}  // namespace model
+}  // namespace arpo

@@ -1,0 +1,305 @@
+// The training step: fused policy-loss autograd node, AdamW with explicit
+// state, LR schedule, gradient accumulation and clipping (see trainer.h).
+#include "torch/trainer.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <string>
+#include <unordered_map>
+
+namespace arpo {
+namespace model {
+
+namespace {
+
+// Per-row inputs of one fused-loss call (rows of the (R, V) logits).
+struct LossArgs {
+  const std::vector<int32_t>* targets;
+  const std::vector<float>* old_logprobs;
+  const std::vector<float>* advantages;
+  const std::vector<float>* mask;
+  const std::vector<int32_t>* seq_ids;
+  int64_t num_seqs;
+  const std::vector<float>* ref_logprobs;  // empty: none
+  kernels::PolicyLossConfig config;
+  LossMode mode;
+  int32_t threads;
+  kernels::PolicyLossResult* result;
+};
+
+struct FusedPolicyLoss : public torch::autograd::Function<FusedPolicyLoss> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor logits, const LossArgs* args) {
+    const int64_t R = logits.size(0), V = logits.size(1);
+    TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.is_contiguous(), "fused loss needs contiguous float32 logits");
+    float* buffer = logits.data_ptr<float>();
+    kernels::Logits L{buffer, kernels::DType::F32, R, V};
+    kernels::PolicyLossConfig cfg = args->config;
+    const std::vector<float>* old_lp = args->old_logprobs;
+    std::vector<float> ones, current;
+    if (args->mode == LossMode::SFT) {
+      // Ratio 1 everywhere: old logprobs are the current ones and A = 1, so the
+      // kernel's gradient is -d ratio/d z = -d logp/d z, the NLL gradient.
+      current.assign(R, 0.0f);
+      kernels::logits_stats(nullptr, nullptr, nullptr, current.data(), L, args->targets->data(), cfg.temperature,
+                            args->threads);
+      ones.assign(R, 1.0f);
+      old_lp = &current;
+      cfg.kl_coef = 0;
+      cfg.entropy_coef = 0;
+      cfg.aggregation = kernels::Aggregation::TokenMean;
+    }
+    const float* adv = args->mode == LossMode::SFT ? ones.data() : args->advantages->data();
+    const float* ref = args->ref_logprobs->empty() ? nullptr : args->ref_logprobs->data();
+    std::vector<float> logprobs(R);
+    kernels::policy_loss(args->result, buffer, logprobs.data(), nullptr, L, args->targets->data(), old_lp->data(), adv,
+                         args->mask->data(), args->seq_ids->data(), args->num_seqs, ref, cfg, args->threads);
+    if (args->mode == LossMode::SFT) {
+      double nll = 0;
+      for (int64_t r = 0; r < R; ++r) nll -= static_cast<double>((*args->mask)[r]) * logprobs[r];
+      const double denom = cfg.denominator > 0 ? cfg.denominator : args->result->tokens;
+      nll = denom > 0 ? nll / denom : 0.0;
+      args->result->pg_loss = nll;
+      args->result->loss = nll * cfg.grad_scale;
+    }
+    // The buffer now holds d loss / d logits; keep it (not the log-softmax).
+    ctx->saved_data["grad"] = logits;
+    return at::scalar_tensor(args->result->loss, at::kDouble);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    at::Tensor grad = ctx->saved_data["grad"].toTensor();
+    return {grad * grad_outputs[0].to(at::kFloat), at::Tensor()};
+  }
+};
+
+double denominator_for(const kernels::PolicyLossConfig& cfg, LossMode mode, double masked_tokens, double sequences) {
+  if (cfg.denominator > 0) return cfg.denominator;
+  if (mode == LossMode::SFT) return masked_tokens;
+  switch (cfg.aggregation) {
+    case kernels::Aggregation::TokenMean: return masked_tokens;
+    case kernels::Aggregation::SeqMeanTokenMean:
+    case kernels::Aggregation::SeqMeanTokenSum: return sequences;
+    case kernels::Aggregation::SeqMeanTokenSumNorm: return 0.0;  // the kernel uses norm_constant
+  }
+  return 0.0;
+}
+
+at::ScalarType moment_dtype(const at::Tensor& p) {
+  return p.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+}  // namespace
+
+at::Tensor fused_policy_loss(const at::Tensor& logits, const std::vector<int32_t>& targets,
+                             const std::vector<float>& old_logprobs, const std::vector<float>& advantages,
+                             const std::vector<float>& mask, const std::vector<int32_t>& seq_ids, int64_t num_seqs,
+                             const std::vector<float>& ref_logprobs, const kernels::PolicyLossConfig& config,
+                             LossMode mode, int32_t threads, kernels::PolicyLossResult* result) {
+  const size_t R = static_cast<size_t>(logits.size(0));
+  auto check = [&](const std::vector<float>& v, const char* name, bool required) {
+    if ((required || !v.empty()) && v.size() != R)
+      throw ModelError(std::string("policy loss: expected ") + std::to_string(R) + " values for " + name +
+                       " but received " + std::to_string(v.size()));
+  };
+  if (targets.size() != R || seq_ids.size() != R) throw ModelError("policy loss: targets / seq_ids do not match the logits rows");
+  check(mask, "mask", true);
+  check(old_logprobs, "old_logprobs", mode == LossMode::Policy);
+  check(advantages, "advantages", mode == LossMode::Policy);
+  check(ref_logprobs, "ref_logprobs", false);
+  if (mode == LossMode::Policy && config.kl_coef != 0 && ref_logprobs.empty())
+    throw ModelError("policy loss: kl_coef is " + std::to_string(config.kl_coef) + " but no reference logprobs were given");
+  LossArgs args{&targets, &old_logprobs, &advantages, &mask, &seq_ids, num_seqs, &ref_logprobs, config, mode, threads, result};
+  return FusedPolicyLoss::apply(logits, &args);
+}
+
+double scheduled_lr(const OptimConfig& c, int64_t step) {
+  if (c.warmup_steps > 0 && step < c.warmup_steps)
+    return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
+  if (c.schedule == Schedule::Constant || c.total_steps <= c.warmup_steps) return c.lr;
+  double progress = static_cast<double>(step - c.warmup_steps) / static_cast<double>(c.total_steps - c.warmup_steps);
+  progress = std::min(1.0, std::max(0.0, progress));
+  const double floor = c.lr * c.min_lr_ratio;
+  if (c.schedule == Schedule::Linear) return floor + (c.lr - floor) * (1.0 - progress);
+  return floor + (c.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+// ---------------------------------------------------------------- AdamW
+
+AdamW::AdamW(const NamedTensors& params) {
+  for (const auto& [name, p] : params) {
+    names_.push_back(name);
+    exp_avg_.push_back(at::zeros(p.sizes(), at::TensorOptions().dtype(moment_dtype(p))));
+    exp_avg_sq_.push_back(at::zeros(p.sizes(), at::TensorOptions().dtype(moment_dtype(p))));
+  }
+}
+
+void AdamW::step(const NamedTensors& params, double lr, const OptimConfig& c) {
+  if (params.size() != names_.size()) throw ModelError("AdamW: parameter list changed size");
+  at::NoGradGuard no_grad;
+  ++step_;
+  const double bc1 = 1.0 - std::pow(c.beta1, static_cast<double>(step_));
+  const double bc2 = 1.0 - std::pow(c.beta2, static_cast<double>(step_));
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor p = params[i].second;
+    const at::Tensor& grad = p.grad();
+    if (!grad.defined()) continue;  // as torch.optim: parameters without a gradient are left alone
+    at::Tensor& m = exp_avg_[i];
+    at::Tensor& v = exp_avg_sq_[i];
+    at::Tensor g = grad.to(m.scalar_type());
+    at::Tensor pw = p.to(m.scalar_type());  // p itself when dtypes match
+    if (c.weight_decay != 0) pw.mul_(1.0 - lr * c.weight_decay);
+    m.mul_(c.beta1).add_(g, 1.0 - c.beta1);
+    v.mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
+    at::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(c.eps);
+    pw.addcdiv_(m, denom, -lr / bc1);
+    if (!pw.is_same(p)) p.copy_(pw);
+  }
+}
+
+NamedTensors AdamW::state() const {
+  NamedTensors out;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    out.emplace_back(names_[i] + ".exp_avg", exp_avg_[i]);
+    out.emplace_back(names_[i] + ".exp_avg_sq", exp_avg_sq_[i]);
+  }
+  at::Tensor step = at::empty({1}, at::kLong);
+  step.data_ptr<int64_t>()[0] = step_;
+  out.emplace_back("step", step);
+  return out;
+}
+
+void AdamW::load_state(const NamedTensors& state) {
+  std::unordered_map<std::string, const at::Tensor*> by_name;
+  for (const auto& [name, t] : state) by_name.emplace(name, &t);
+  auto take = [&](const std::string& name, const at::Tensor& like) -> const at::Tensor& {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw ModelError("optimizer state: missing tensor " + name);
+    if (it->second->sizes() != like.sizes())
+      throw ModelError("optimizer state: tensor " + name + ": expected shape " + shape_string(like.sizes()) +
+                       " but received " + shape_string(it->second->sizes()));
+    return *it->second;
+  };
+  const at::Tensor& step = take("step", at::empty({1}));
+  for (size_t i = 0; i < names_.size(); ++i) {
+    take(names_[i] + ".exp_avg", exp_avg_[i]);
+    take(names_[i] + ".exp_avg_sq", exp_avg_sq_[i]);
+  }
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    exp_avg_[i].copy_(*by_name.at(names_[i] + ".exp_avg"));
+    exp_avg_sq_[i].copy_(*by_name.at(names_[i] + ".exp_avg_sq"));
+  }
+  step_ = step.to(at::kLong).data_ptr<int64_t>()[0];
+}
+
+// ---------------------------------------------------------------- train_step
+
+TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroBatch>& batches,
+                        kernels::PolicyLossConfig loss_config, LossMode mode, const OptimConfig& optim,
+                        const Model* reference, int32_t threads) {
+  const ModelConfig& c = model.config();
+  if (batches.empty()) throw ModelError("trainStep: expected at least one micro-batch");
+  const bool need_ref = mode == LossMode::Policy && loss_config.kl_coef != 0;
+
+  // Pack and validate everything before any gradient is touched.
+  std::vector<PackedSequences> packed;
+  double masked_tokens = 0, sequences = 0;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const MicroBatch& mb = batches[b];
+    const std::string what = "trainStep micro-batch " + std::to_string(b);
+    packed.push_back(pack_sequences(mb.tokens, mb.lengths, c.vocab_size, c.max_position_embeddings, what.c_str()));
+    const size_t N = mb.tokens.size();
+    auto check = [&](const std::vector<float>& v, const char* name, bool required) {
+      if ((required || !v.empty()) && v.size() != N)
+        throw ModelError(what + ": expected " + std::to_string(N) + " values for " + name + " but received " +
+                         std::to_string(v.size()));
+    };
+    check(mb.mask, "mask", true);
+    check(mb.old_logprobs, "oldLogprobs", mode == LossMode::Policy);
+    check(mb.advantages, "advantages", mode == LossMode::Policy);
+    check(mb.ref_logprobs, "refLogprobs", false);
+    if (need_ref && mb.ref_logprobs.empty() && reference == nullptr)
+      throw ModelError(what + ": kl_coef is nonzero but neither refLogprobs nor a reference model is available");
+    for (int64_t idx : packed.back().target_index) masked_tokens += mb.mask[idx];
+    sequences += static_cast<double>(mb.lengths.size());
+  }
+  loss_config.denominator = denominator_for(loss_config, mode, masked_tokens, sequences);
+
+  const NamedTensors& params = model.named_tensors();
+  model.set_requires_grad(true);
+  for (const auto& [name, p] : params) p.mutable_grad() = at::Tensor();
+
+  TrainMetrics m;
+  double weighted_tokens = 0;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const MicroBatch& mb = batches[b];
+    const PackedSequences& pk = packed[b];
+    const size_t R = pk.targets.size();
+    if (R == 0) continue;
+    auto rows_of = [&](const std::vector<float>& v) {
+      std::vector<float> out;
+      if (v.empty()) return out;
+      out.resize(R);
+      for (size_t r = 0; r < R; ++r) out[r] = v[pk.target_index[r]];
+      return out;
+    };
+    std::vector<float> old_lp = rows_of(mb.old_logprobs), adv = rows_of(mb.advantages), mask = rows_of(mb.mask);
+    std::vector<float> ref_lp;
+    if (need_ref) {
+      if (!mb.ref_logprobs.empty()) {
+        ref_lp = rows_of(mb.ref_logprobs);
+      } else {
+        TokenStats ref = score_sequences(*reference, pk, loss_config.temperature, threads);
+        ref_lp = rows_of(ref.logprobs);
+      }
+    }
+    at::Tensor hidden = model.forward_hidden(pk.ids, pk.positions, packed_causal_attention(pk.offsets));
+    at::Tensor logits = model.logits(hidden.index_select(0, pk.rows)).to(at::kFloat).contiguous();
+    kernels::PolicyLossResult res;
+    at::Tensor loss = fused_policy_loss(logits, pk.targets, old_lp, adv, mask, pk.seq_of_row,
+                                        static_cast<int64_t>(mb.lengths.size()), ref_lp, loss_config, mode, threads, &res);
+    loss.backward();
+    m.loss += res.loss;
+    m.pg_loss += res.pg_loss;
+    m.pg_clipfrac += res.pg_clipfrac * res.tokens;
+    m.pg_clipfrac_lower += res.pg_clipfrac_lower * res.tokens;
+    m.ppo_kl += res.ppo_kl * res.tokens;
+    m.entropy += res.entropy * res.tokens;
+    m.kl += res.kl * res.tokens;
+    weighted_tokens += res.tokens;
+  }
+  if (weighted_tokens > 0) {
+    m.pg_clipfrac /= weighted_tokens;
+    m.pg_clipfrac_lower /= weighted_tokens;
+    m.ppo_kl /= weighted_tokens;
+    m.entropy /= weighted_tokens;
+    m.kl /= weighted_tokens;
+  }
+  m.tokens = weighted_tokens;
+
+  // Global gradient norm (torch.nn.utils.clip_grad_norm_, L2 over all parameters).
+  at::NoGradGuard no_grad;
+  double sq = 0;
+  for (const auto& [name, p] : params)
+    if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+  m.grad_norm = std::sqrt(sq);
+  m.lr = scheduled_lr(optim, optimizer.steps());
+  if (!std::isfinite(m.grad_norm)) {
+    m.skipped = true;  // as verl: a non-finite gradient skips the update
+  } else {
+    if (optim.max_grad_norm > 0 && m.grad_norm > optim.max_grad_norm) {
+      const double coef = optim.max_grad_norm / (m.grad_norm + 1e-6);
+      for (const auto& [name, p] : params)
+        if (p.grad().defined()) p.grad().mul_(coef);
+    }
+    optimizer.step(params, m.lr, optim);
+  }
+  for (const auto& [name, p] : params) p.mutable_grad() = at::Tensor();
+  m.step = optimizer.steps();
+  return m;
+}
+
+}  // namespace model
+}  // namespace arpo

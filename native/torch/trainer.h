@@ -1,0 +1,103 @@
+// Training: the fused policy loss as an autograd function (kernels::policy_loss
+// writes d loss / d logits into the logits buffer), AdamW with explicit state,
+// the LR schedule, and one optimiser step over gradient-accumulated micro-batches.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "torch/engine.h"
+#include "torch/model.h"
+
+namespace arpo {
+namespace model {
+
+// One micro-batch of packed sequences. Per-token arrays are aligned to
+// `tokens`: entry t concerns token t as predicted from the tokens before it;
+// a sequence's first token is never predicted (its entries are ignored).
+// mask 0 marks context (prompt, tool results), 1 actions.
+struct MicroBatch {
+  std::vector<int32_t> tokens;        // (N) all sequences, concatenated
+  std::vector<int64_t> lengths;       // (S)
+  std::vector<float> old_logprobs;    // (N) policy loss only
+  std::vector<float> advantages;      // (N) policy loss only
+  std::vector<float> mask;            // (N)
+  std::vector<float> ref_logprobs;    // (N) or empty: computed by the reference model when kl_coef != 0
+};
+
+enum class LossMode { Policy, SFT };
+enum class Schedule { Constant, Linear, Cosine };
+
+struct OptimConfig {
+  double lr = 1e-6;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.01;  // decoupled (AdamW), on every parameter as verl's FSDP optimiser does
+  double max_grad_norm = 1.0;  // <= 0: no clipping
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;     // for linear / cosine decay (0: treated as constant after warmup)
+  Schedule schedule = Schedule::Constant;
+  double min_lr_ratio = 0.0;   // floor of the decay, as a fraction of lr
+};
+
+// Learning rate for the update numbered `step` (0-based: updates done before it).
+// Warmup: lr * (step + 1) / warmup_steps; then constant, or linear / cosine
+// decay from lr to min_lr_ratio * lr over [warmup_steps, total_steps].
+double scheduled_lr(const OptimConfig& config, int64_t step);
+
+// AdamW (Loshchilov & Hutter 2019) as torch.optim.AdamW computes it:
+//   p <- p * (1 - lr * wd)
+//   m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+//   p <- p - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// Moments are float32 (float64 for float64 parameters).
+class AdamW {
+ public:
+  explicit AdamW(const NamedTensors& params);
+  void step(const NamedTensors& params, double lr, const OptimConfig& config);
+  int64_t steps() const { return step_; }
+  // "<param>.exp_avg", "<param>.exp_avg_sq" per parameter and "step" (int64 scalar).
+  NamedTensors state() const;
+  // Exact resume: every moment must be present with its parameter's shape.
+  void load_state(const NamedTensors& state);
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  int64_t step_ = 0;
+};
+
+struct TrainMetrics {
+  double loss = 0, pg_loss = 0, pg_clipfrac = 0, pg_clipfrac_lower = 0, ppo_kl = 0, entropy = 0, kl = 0;
+  double grad_norm = 0, lr = 0, tokens = 0;
+  int64_t step = 0;          // optimiser steps done after this one
+  bool skipped = false;      // non-finite gradient norm: no update applied
+};
+
+// Loss of one micro-batch as an autograd node over logits (R, V) float32:
+// forward runs kernels::policy_loss with grad aliasing the logits buffer (no
+// second (R, V) buffer, no saved log-softmax); backward returns that buffer
+// times grad_output. `config.denominator` must already be the full-batch one.
+// SFT mode: loss = sum(mask * -logp) / denominator, computed with the same
+// kernel at ratio 1 (old logprobs = current, advantages = 1, no KL), whose
+// gradient -d ratio/d logits equals -d logp/d logits there.
+at::Tensor fused_policy_loss(const at::Tensor& logits, const std::vector<int32_t>& targets,
+                             const std::vector<float>& old_logprobs, const std::vector<float>& advantages,
+                             const std::vector<float>& mask, const std::vector<int32_t>& seq_ids, int64_t num_seqs,
+                             const std::vector<float>& ref_logprobs, const kernels::PolicyLossConfig& config,
+                             LossMode mode, int32_t threads, kernels::PolicyLossResult* result);
+
+// One optimiser step: per micro-batch forward + fused loss + backward
+// (gradients accumulate; the loss denominator is the full batch's unless
+// config.denominator is set), gradient clipping to max_grad_norm, AdamW at
+// scheduled_lr(optimizer.steps()). `reference` (may be null) supplies
+// ref_logprobs when kl_coef != 0 and a micro-batch does not carry them.
+TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroBatch>& batches,
+                        kernels::PolicyLossConfig loss_config, LossMode mode, const OptimConfig& optim,
+                        const Model* reference, int32_t threads);
+
+}  // namespace model
+}  // namespace arpo
