@@ -1,0 +1,127 @@
+// Per-step rollout metrics: counters the scheduler bumps while it runs, and
+// the totals read off the finished trees (leaf tokens, inherited tool calls).
+import type { RolloutTree } from './tree';
+import type { FinishReason, RolloutMetrics, ToolCallCounts } from './types';
+
+/** Running means of entropy per tool tag. */
+type EntropyMeans = Map<string, { sum: number; n: number }>;
+
+export interface MetricsAccumulator extends RolloutMetrics {
+  entropyBefore: EntropyMeans;
+  entropyAfter: EntropyMeans;
+  tool(tag: string): ToolCallCounts;
+  addEntropy(into: EntropyMeans, tag: string, value: number): void;
+  /** Records one branch event (its ΔH is averaged at the end). */
+  addBranchEvent(tag: string, depth: number, deltaEntropy: number): void;
+}
+
+export function emptyMetrics(mode: 'arpo' | 'trajectory'): MetricsAccumulator {
+  const toolCalls: Record<string, ToolCallCounts> = {};
+  const finishReasons: Record<FinishReason, number> = { answer: 0, eos: 0, length: 0, tool_limit: 0 };
+  return {
+    mode,
+    prompts: 0,
+    trajectories: 0,
+    tokensGenerated: 0,
+    tokensComputed: 0,
+    leafTokensTotal: 0,
+    leafTokensUnique: 0,
+    finishReasons,
+    paths: { global: 0, branch: 0, refill: 0 },
+    decisions: 0,
+    decisionsFired: 0,
+    branchEvents: 0,
+    branches: 0,
+    branchEventsByTool: {},
+    branchEventsByDepth: {},
+    branchDeltaEntropy: 0,
+    toolCalls,
+    entropyBeforeTool: {},
+    entropyAfterTool: {},
+    toolResultsDropped: 0,
+    engineCalls: 0,
+    modelMs: 0,
+    toolMs: 0,
+    wallMs: 0,
+    maxBatchPaths: 0,
+    entropyBefore: new Map(),
+    entropyAfter: new Map(),
+    tool(tag: string): ToolCallCounts {
+      return (toolCalls[tag] ??= { executed: 0, cached: 0, failed: 0, inherited: 0, overLimit: 0 });
+    },
+    addBranchEvent(tag: string, depth: number, deltaEntropy: number): void {
+      this.branchEvents++;
+      this.branchEventsByTool[tag] = (this.branchEventsByTool[tag] ?? 0) + 1;
+      this.branchEventsByDepth[depth] = (this.branchEventsByDepth[depth] ?? 0) + 1;
+      this.branchDeltaEntropy += deltaEntropy; // a sum until finalizeMetrics
+    },
+    addEntropy(into: EntropyMeans, tag: string, value: number): void {
+      const e = into.get(tag) ?? { sum: 0, n: 0 };
+      e.sum += value;
+      e.n++;
+      into.set(tag, e);
+    },
+  };
+}
+
+function means(m: EntropyMeans): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [tag, e] of [...m.entries()].sort()) out[tag] = e.n ? e.sum / e.n : 0;
+  return out;
+}
+
+/** Plain metrics object: counters plus what the trees say. */
+export function finalizeMetrics(acc: MetricsAccumulator, trees: readonly RolloutTree[]): RolloutMetrics {
+  let generated = 0;
+  let total = 0;
+  let unique = 0;
+  let leaves = 0;
+  const callsInLeaves = new Map<string, number>();
+  const resultNodes = new Map<string, number>();
+  for (const t of trees) {
+    leaves += t.leafCount;
+    total += t.totalResponseTokens();
+    unique += t.uniqueResponseTokens();
+    for (const n of t.nodes) {
+      if (n.kind === 'generated') generated += n.tokens.length;
+      if (n.tool) resultNodes.set(n.tool.tag, (resultNodes.get(n.tool.tag) ?? 0) + 1);
+    }
+    for (const leaf of t.leaves) {
+      for (const id of t.pathTo(leaf.node)) {
+        const tool = t.node(id).tool;
+        if (tool) callsInLeaves.set(tool.tag, (callsInLeaves.get(tool.tag) ?? 0) + 1);
+      }
+    }
+  }
+  // Each result node is one executed call; every other occurrence on a leaf's path came with a shared prefix.
+  for (const [tag, n] of callsInLeaves) acc.tool(tag).inherited = n - (resultNodes.get(tag) ?? 0);
+  const toolCalls: Record<string, ToolCallCounts> = {};
+  for (const tag of Object.keys(acc.toolCalls).sort()) toolCalls[tag] = { ...(acc.toolCalls[tag] as ToolCallCounts) };
+  return {
+    mode: acc.mode,
+    prompts: trees.length,
+    trajectories: leaves,
+    tokensGenerated: generated,
+    tokensComputed: acc.tokensComputed,
+    leafTokensTotal: total,
+    leafTokensUnique: unique,
+    finishReasons: { ...acc.finishReasons },
+    paths: { ...acc.paths },
+    decisions: acc.decisions,
+    decisionsFired: acc.decisionsFired,
+    branchEvents: acc.branchEvents,
+    branches: acc.branches,
+    branchEventsByTool: { ...acc.branchEventsByTool },
+    branchEventsByDepth: { ...acc.branchEventsByDepth },
+    branchDeltaEntropy: acc.branchEvents > 0 ? acc.branchDeltaEntropy / acc.branchEvents : 0,
+    toolCalls,
+    entropyBeforeTool: means(acc.entropyBefore),
+    entropyAfterTool: means(acc.entropyAfter),
+    toolResultsDropped: acc.toolResultsDropped,
+    engineCalls: acc.engineCalls,
+    modelMs: acc.modelMs,
+    toolMs: acc.toolMs,
+    wallMs: acc.wallMs,
+    maxBatchPaths: acc.maxBatchPaths,
+  };
+}

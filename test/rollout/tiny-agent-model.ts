@@ -1,0 +1,74 @@
+// A tiny real policy model (lib/model PolicyModel, libtorch) over the fake
+// agent's word vocabulary, with weights shaped so it writes protocol tags:
+// every embedding gets a constant first coordinate, which survives RMSNorm as
+// a large, nearly constant h_0, so lm_head's first column sets each token's
+// base log-probability (a unigram prior with tags frequent); the other
+// columns, scaled up, make the distribution depend on the context.
+import * as fs from 'fs';
+import * as path from 'path';
+import { tinyConfig } from '../../lib/model/checkpoint';
+import type { PolicyModel as PolicyModelType } from '../../lib/model/policy-model';
+import { bytesToFloat64, float64ToBytes, SafetensorsFile, writeSafetensors } from '../../lib/model/safetensors';
+import { EOS, tok, VOCAB, VOCAB_SIZE } from './fake-engine';
+
+/** Base probabilities of the protocol tokens; words share the rest, single characters get almost none. */
+const TAG_PRIOR: Record<string, number> = {
+  '<search>': 0.06,
+  '</search>': 0.07,
+  '<python>': 0.04,
+  '</python>': 0.06,
+  '<answer>': 0.004,
+  '</answer>': 0.012,
+  '<|endoftext|>': 0.002,
+};
+
+/** True when the loaded addon has the libtorch model layer (PolicyModel usable). */
+export function torchAvailable(): boolean {
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { loadNative } = require('../../lib/native/loader') as typeof import('../../lib/native/loader');
+    return loadNative().hasTorch === true;
+  } catch {
+    return false;
+  }
+}
+
+/** Creates, reshapes and reloads the tiny agent model in `dir`. */
+export async function tinyAgentModel(dir: string, seed = 1): Promise<PolicyModelType> {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { PolicyModel } = require('../../lib/model/policy-model') as typeof import('../../lib/model/policy-model');
+  const hidden = 32;
+  const config = tinyConfig('qwen2', { vocab_size: VOCAB_SIZE, hidden_size: hidden, max_position_embeddings: 2048, bos_token_id: EOS, eos_token_id: EOS });
+  const init = await PolicyModel.create(config, { seed, threads: 1 });
+  try {
+    await init.save(dir);
+  } finally {
+    init.dispose();
+  }
+  const file = path.join(dir, 'model.safetensors');
+  const st = SafetensorsFile.open(file);
+  const tensors = [...st.tensors.entries()].map(([name, info]) => ({ name, info, values: bytesToFloat64(info.dtype, st.loadBytes(name)) }));
+  const h0 = 5.6; // ≈ 1 / rms of an embedding with first coordinate 1 and the rest N(0, 0.02^2)
+  const wordMass = 1 - Object.values(TAG_PRIOR).reduce((a, b) => a + b, 0);
+  const words = VOCAB.filter((s) => s.startsWith(' ') && s.length > 2 && s !== ' <result>');
+  for (const t of tensors) {
+    if (t.name === 'model.embed_tokens.weight') {
+      for (let v = 0; v < VOCAB_SIZE; v++) t.values[v * hidden] = 1;
+    } else if (t.name === 'lm_head.weight') {
+      for (let v = 0; v < VOCAB_SIZE; v++) {
+        const s = VOCAB[v] as string;
+        const p = TAG_PRIOR[s] ?? (words.includes(s) ? wordMass / words.length : 1e-5);
+        t.values[v * hidden] = Math.log(p) / h0;
+        for (let d = 1; d < hidden; d++) t.values[v * hidden + d] = (t.values[v * hidden + d] as number) * 60; // context dependence: logit noise ~ 1
+      }
+    }
+  }
+  writeSafetensors(
+    file,
+    tensors.map((t) => ({ name: t.name, dtype: t.info.dtype, shape: t.info.shape, data: float64ToBytes(t.info.dtype, t.values) })),
+  );
+  if (!fs.existsSync(file)) throw new Error('tiny agent model not written');
+  return PolicyModel.load(dir, { threads: 1 });
+}
+
+export { tok };
