@@ -29,6 +29,66 @@ export function buildProgram(): Command {
     process.stdout.write(`${JSON.stringify(cfg, null, 2)}\n`);
   });
 
+  withConfigOptions(
+    program.command('train').description('RL training (ARPO, GRPO, DAPO-style or REINFORCE++) as configured'),
+  )
+    .option('--resume', 'continue from the run directory\'s latest checkpoint')
+    .action(async (opts: { config?: string; set: string[]; resume?: boolean }) => {
+      const { train } = require('../train/trainer') as typeof import('../train/trainer');
+      const cfg = loadConfig(opts.config ?? null, opts.set);
+      const summary = await train(cfg, { resume: opts.resume === true });
+      process.stdout.write(`${JSON.stringify({ runDir: summary.runDir, steps: summary.stepsDone, last: summary.lastMetrics })}\n`);
+    });
+
+  withConfigOptions(
+    program.command('sft').description('supervised cold start on JSONL conversations with tool calls (tool results masked)'),
+  )
+    .requiredOption('-o, --out <dir>', 'where to save the fine-tuned model (HF directory)')
+    .action(async (opts: { config?: string; set: string[]; out: string }) => {
+      const { loadPolicy } = require('../train/setup') as typeof import('../train/setup');
+      const { readSftData, runSft } = require('../train/sft') as typeof import('../train/sft');
+      const cfg = loadConfig(opts.config ?? null, opts.set);
+      if (!cfg.model.path) throw new Error('sft: model.path is required (--set model.path=<dir>)');
+      if (!cfg.sft.data) throw new Error('sft: sft.data is required (--set sft.data=<file.jsonl>)');
+      const { model, tokenizer } = await loadPolicy(cfg.model.path, cfg);
+      try {
+        const data = readSftData(cfg.sft.data, tokenizer, { skipUngrounded: cfg.sft.skipUngrounded });
+        const s = await runSft(model, data, cfg, cfg.train.outDir);
+        await model.save(opts.out, { tokenizerDir: cfg.model.tokenizer ?? cfg.model.path });
+        process.stdout.write(`${JSON.stringify({ out: opts.out, ...s })}\n`);
+      } finally {
+        model.dispose();
+      }
+    });
+
+  withConfigOptions(
+    program.command('eval').description('greedy evaluation (n = 1) of a model on a dataset with the configured tools and reward'),
+  )
+    .requiredOption('-m, --model <dir>', 'model directory')
+    .requiredOption('-d, --data <file>', 'parquet or JSONL dataset')
+    .option('-n, --limit <n>', 'evaluate at most n rows', (v) => Number.parseInt(v, 10), 0)
+    .option('-o, --out <file>', 'write per-example results (JSONL)')
+    .action(async (opts: { config?: string; set: string[]; model: string; data: string; limit: number; out?: string }) => {
+      const { evaluate } = require('../train/evaluate') as typeof import('../train/evaluate');
+      const cfg = loadConfig(opts.config ?? null, opts.set);
+      const r = await evaluate(opts.model, opts.data, cfg, { limit: opts.limit, outFile: opts.out });
+      process.stdout.write(`${JSON.stringify(r.metrics)}\n`);
+    });
+
+  program.addCommand((require('./init-model') as typeof import('./init-model')).initModelCommand());
+
+  program
+    .command('demo')
+    .description('the embedded demo: a synthetic world, SFT of a tiny model, then ARPO RL that improves held-out accuracy (no downloads)')
+    .option('-o, --out <dir>', 'output directory', 'runs/demo')
+    .option('--seed <n>', 'seed of the world, model and run', (v) => Number.parseInt(v, 10), 1)
+    .option('--steps <n>', 'RL steps (default 30; 3 with --quick)', (v) => Number.parseInt(v, 10))
+    .option('--quick', 'a small, fast run (smoke test)')
+    .action(async (opts: { out: string; seed: number; steps?: number; quick?: boolean }) => {
+      const { runDemo } = require('./demo') as typeof import('./demo');
+      await runDemo({ out: opts.out, seed: opts.seed, steps: opts.steps, quick: opts.quick === true });
+    });
+
   program
     .command('report')
     .description('write an HTML report (static SVG charts) of one run, or of several side by side')

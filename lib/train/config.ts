@@ -90,6 +90,12 @@ export const OPTIONS = {
   'optim.schedule': opt(z.enum(['constant', 'linear', 'cosine']), 'constant', 'Learning-rate schedule after warmup'),
   'optim.warmupSteps': opt(int(0), 0, 'Linear warmup steps'),
   'optim.maxGradNorm': opt(z.number().gt(0), 1.0, 'Gradient clipping max norm'),
+  // ---------------------------------------------------------------- sft (cold start)
+  'sft.data': opt(z.string().min(1).nullable(), null, 'SFT conversations (JSONL {messages}; tool results in <result> blocks or segments are masked)'),
+  'sft.epochs': opt(int(1), 3, 'Passes over the SFT data'),
+  'sft.batchSequences': opt(int(1), 16, 'Conversations per SFT optimiser step'),
+  'sft.lr': opt(z.number().gt(0), 1e-5, 'SFT learning rate (the optim.* settings apply otherwise)'),
+  'sft.skipUngrounded': opt(z.boolean(), false, 'Drop SFT rows marked "grounded": false'),
   // ---------------------------------------------------------------- train
   'train.steps': opt(int(1), 100, 'Optimiser steps (each on one batch of prompts)'),
   'train.batchPrompts': opt(int(1), 128, 'Prompts per step'),
@@ -149,6 +155,18 @@ function deepFreeze<T>(o: T): T {
   return o;
 }
 
+/**
+ * Algorithm presets: defaults that `algorithm.name` sets for options the
+ * config leaves unset (explicit values always win).
+ */
+export const ALGORITHM_PRESETS: Record<string, Partial<Record<OptionPath, unknown>>> = {
+  arpo: { 'rollout.mode': 'arpo', 'algorithm.estimator': 'grpo' },
+  grpo: { 'rollout.mode': 'trajectory', 'algorithm.estimator': 'grpo' },
+  // DAPO-style: clip-higher, token-mean aggregation, dynamic sampling of zero-variance groups.
+  dapo: { 'rollout.mode': 'trajectory', 'algorithm.estimator': 'grpo', 'loss.clipHigh': 0.28, 'loss.aggregation': 'token-mean', 'algorithm.dynamicSampling': true },
+  'reinforce++': { 'rollout.mode': 'trajectory', 'algorithm.estimator': 'reinforce++' },
+};
+
 /** The defaults as a RunConfig. */
 export function defaultConfig(): RunConfig {
   return validateConfig({});
@@ -169,9 +187,11 @@ export function validateConfig(input: unknown, source = 'config'): RunConfig {
     }
   }
   const out: Record<string, unknown> = {};
+  const algo = getPath(input, 'algorithm.name');
+  const preset = ALGORITHM_PRESETS[typeof algo.value === 'string' ? algo.value : 'arpo'] ?? {};
   for (const [p, spec] of Object.entries(OPTIONS) as [string, OptionSpec][]) {
     const { found, value } = getPath(input, p);
-    const v = found && value !== undefined ? value : spec.default;
+    const v = found && value !== undefined ? value : p in preset ? preset[p as OptionPath] : spec.default;
     const r = spec.schema.safeParse(v);
     if (!r.success) {
       const issue = r.error.issues[0];

@@ -2,14 +2,28 @@
 // vega-lite + vega in Node (no network, no scripts in the page) from each
 // run's metrics.jsonl; with several runs, every chart overlays them by colour
 // and a table puts their final numbers side by side.
+import { execFile } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import { ArpoError } from '../errors';
+import { packageRoot } from '../native/loader';
 import { MetricsRecord, readMetrics } from './metrics';
 
-// vega and vega-lite are ESM-only with top-level await: load them with a real
-// dynamic import (TypeScript's CommonJS output would turn import() into require()).
-const esmImport = new Function('specifier', 'return import(specifier)') as (s: string) => Promise<unknown>;
+/** Renders vega-lite specs to SVG in a child Node process (lib/train/render-charts.mjs). */
+function renderSpecs(specs: readonly unknown[]): Promise<string[]> {
+  const script = path.join(packageRoot(), 'lib', 'train', 'render-charts.mjs');
+  return new Promise((resolve, reject) => {
+    const child = execFile(process.execPath, [script], { maxBuffer: 256 * 1024 * 1024, cwd: packageRoot() }, (err, stdout, stderr) => {
+      if (err) return reject(new ArpoError('BAD_DATA', `report: chart rendering failed: ${stderr.trim() || err.message}`));
+      try {
+        resolve(JSON.parse(stdout) as string[]);
+      } catch (e) {
+        reject(new ArpoError('BAD_DATA', `report: chart renderer returned bad output: ${(e as Error).message}`));
+      }
+    });
+    child.stdin?.end(JSON.stringify(specs));
+  });
+}
 
 interface ChartDef {
   title: string;
@@ -69,15 +83,11 @@ function escapeHtml(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 }
 
-async function renderSvg(def: ChartDef, runs: RunData[]): Promise<string> {
-  const vl = (await esmImport('vega-lite')) as { compile(spec: unknown): { spec: unknown } };
-  const vega = (await esmImport('vega')) as {
-    View: new (runtime: unknown, opts: { renderer: string }) => { toSVG(): Promise<string>; finalize(): void };
-    parse(spec: unknown): unknown;
-  };
+/** The vega-lite spec of one chart, or null when no run has data for it. */
+function chartSpec(def: ChartDef, runs: RunData[]): object | null {
   const values = runs.flatMap((run) => chartPoints(def, run).map((p) => ({ ...p, run: run.name, line: runs.length > 1 ? `${run.name}: ${p.series}` : p.series })));
-  if (values.length === 0) return `<p class="empty">no data for this chart</p>`;
-  const spec = {
+  if (values.length === 0) return null;
+  return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
     width: 420,
     height: 220,
@@ -88,15 +98,9 @@ async function renderSvg(def: ChartDef, runs: RunData[]): Promise<string> {
       x: { field: 'step', type: 'quantitative', title: 'step' },
       y: { field: 'value', type: 'quantitative', title: def.yTitle },
       color: { field: 'line', type: 'nominal', title: runs.length > 1 ? 'run: series' : 'series' },
-      strokeDash: runs.length > 1 ? { field: 'run', type: 'nominal', title: 'run' } : undefined,
+      ...(runs.length > 1 ? { strokeDash: { field: 'run', type: 'nominal', title: 'run' } } : {}),
     },
   };
-  const view = new vega.View(vega.parse(vl.compile(spec).spec), { renderer: 'none' });
-  try {
-    return await view.toSVG();
-  } finally {
-    view.finalize();
-  }
 }
 
 function lastValue(run: RunData, key: string, phase: string): number | undefined {
@@ -125,8 +129,10 @@ const SUMMARY_ROWS: { label: string; key: string; phase: string; which: 'first' 
 /** Renders the report HTML (a complete static page) for one or more runs. */
 export async function renderReport(runs: RunData[], title = 'arpo report'): Promise<string> {
   if (runs.length === 0) throw new ArpoError('INVALID_ARGUMENT', 'report: no runs given');
-  const charts: string[] = [];
-  for (const def of REPORT_CHARTS) charts.push(`<figure>${await renderSvg(def, runs)}</figure>`);
+  const specs = REPORT_CHARTS.map((def) => chartSpec(def, runs));
+  const svgs = await renderSpecs(specs.filter((s): s is object => s !== null));
+  let k = 0;
+  const charts = specs.map((s, i) => `<figure>${s === null ? `<p class="empty">${escapeHtml(REPORT_CHARTS[i]!.title)}: no data</p>` : svgs[k++]}</figure>`);
   const head = `<tr><th></th>${runs.map((r) => `<th>${escapeHtml(r.name)}</th>`).join('')}</tr>`;
   const rows = SUMMARY_ROWS.map((row) => {
     const cells = runs.map((run) => {

@@ -22,6 +22,19 @@ describe('run config', () => {
     }
   });
 
+  test('algorithm presets set defaults that explicit options override', () => {
+    const dapo = validateConfig({ algorithm: { name: 'dapo' } });
+    expect(dapo.rollout.mode).toBe('trajectory');
+    expect(dapo.loss.clipHigh).toBe(0.28);
+    expect(dapo.algorithm.dynamicSampling).toBe(true);
+    const grpo = validateConfig({ algorithm: { name: 'grpo' }, loss: { clipHigh: 0.3 } });
+    expect(grpo.rollout.mode).toBe('trajectory');
+    expect(grpo.loss.clipHigh).toBe(0.3);
+    expect(validateConfig({ algorithm: { name: 'reinforce++' } }).algorithm.estimator).toBe('reinforce++');
+    expect(validateConfig({}).rollout.mode).toBe('arpo');
+    expect(() => validateConfig({ algorithm: { name: 'ppo' } })).toThrow(/algorithm\.name/);
+  });
+
   test('the result is frozen', () => {
     const c = defaultConfig();
     expect(Object.isFrozen(c)).toBe(true);

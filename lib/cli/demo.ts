@@ -1,0 +1,198 @@
+// `arpo demo`: the embedded end-to-end run with nothing downloaded. Builds the
+// seeded demo world (corpus, questions, imperfect SFT traces, tokenizer),
+// creates a tiny model, cold-starts it with SFT, evaluates it on the held-out
+// test split, trains it with ARPO, evaluates again, and writes the report.
+import * as fs from 'fs';
+import * as path from 'path';
+import { buildDemoEnvironment, DEMO_SYSTEM_PROMPT, localPython, openDemoTools } from '../envs';
+import { PolicyModel } from '../model/policy-model';
+import { Tokenizer } from '../model/tokenizer';
+import { initModel } from './init-model';
+import { validateConfig, type RunConfig } from '../train/config';
+import { evaluate } from '../train/evaluate';
+import { writeReport } from '../train/report';
+import { readSftData, runSft } from '../train/sft';
+import { train } from '../train/trainer';
+
+export interface DemoOptions {
+  out: string;
+  seed: number;
+  /** A smaller, faster run (for tests): fewer traces, steps and test questions. */
+  quick?: boolean;
+  /** Override the number of RL steps. */
+  steps?: number;
+  /** Extra `--set`-style overrides of the RL config (nested object). */
+  overrides?: Record<string, unknown>;
+  progress?: { write(s: string): boolean; isTTY?: boolean };
+}
+
+export interface DemoSummary {
+  out: string;
+  sft: { steps: number; firstLoss: number; lastLoss: number; testAccuracy: number; testReward: number; testToolCalls: number };
+  rl: { steps: number; testAccuracy: number; testReward: number; testToolCalls: number };
+  seconds: { build: number; sft: number; rl: number; total: number };
+  report: string;
+}
+
+/** The tiny decoder the demo trains (Qwen3 layout with q/k norms), sized for 2 CPU cores. */
+export function demoModelConfig(vocabSize: number, eosId: number, bosId: number): Record<string, unknown> {
+  return {
+    model_type: 'qwen3',
+    architectures: ['Qwen3ForCausalLM'],
+    vocab_size: vocabSize,
+    hidden_size: 128,
+    intermediate_size: 384,
+    num_hidden_layers: 4,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    head_dim: 32,
+    hidden_act: 'silu',
+    max_position_embeddings: 2048,
+    rms_norm_eps: 1e-6,
+    rope_theta: 10000,
+    attention_bias: false,
+    initializer_range: 0.02,
+    tie_word_embeddings: true,
+    torch_dtype: 'float32',
+    bos_token_id: bosId,
+    eos_token_id: eosId,
+  };
+}
+
+/** The RL configuration of the demo (ARPO on the demo world's tools and questions). */
+export function demoRunConfig(envDir: string, modelDir: string, runDir: string, seed: number, quick: boolean, steps: number | undefined, overrides: Record<string, unknown> = {}): RunConfig {
+  const base = {
+    model: { path: modelDir, threads: 0 },
+    data: { train: path.join(envDir, 'train.jsonl'), valid: path.join(envDir, 'valid.jsonl'), validLimit: quick ? 16 : 48, systemPrompt: DEMO_SYSTEM_PROMPT },
+    rollout: {
+      mode: 'arpo',
+      budget: 8,
+      initialSamples: 4,
+      entropyWindow: 8,
+      toolCallLimit: 4,
+      maxResponseTokens: 320,
+      temperature: 1,
+      maxBatchPaths: 256,
+    },
+    tools: { search: { corpus: path.join(envDir, 'corpus.jsonl'), topK: 3, snippetChars: 400 }, python: { enabled: true, timeoutMs: 5000 }, concurrency: 4 },
+    reward: { name: 'arpo-deep-research' },
+    algorithm: { name: 'arpo', estimator: 'grpo', attribution: 'soft' },
+    loss: { clipLow: 0.2, clipHigh: 0.28, aggregation: 'token-mean' },
+    optim: { lr: 2e-4, weightDecay: 0, warmupSteps: 0, schedule: 'constant', maxGradNorm: 1 },
+    sft: { epochs: quick ? 2 : 4, batchSequences: 16, lr: 3e-3 },
+    train: {
+      steps: steps ?? (quick ? 3 : 30),
+      batchPrompts: quick ? 4 : 8,
+      miniBatchPrompts: quick ? 4 : 8,
+      ppoEpochs: 1,
+      microBatchTokens: 4096,
+      oldLogprobs: 'rollout',
+      validateEvery: quick ? 0 : 10,
+      checkpointEvery: quick ? 0 : 10,
+      seed,
+      outDir: runDir,
+    },
+  };
+  return validateConfig(deepMerge(base, overrides), 'demo config');
+}
+
+function deepMerge(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...a };
+  for (const [k, v] of Object.entries(b)) {
+    const cur = out[k];
+    out[k] = v && typeof v === 'object' && !Array.isArray(v) && cur && typeof cur === 'object' && !Array.isArray(cur) ? deepMerge(cur as Record<string, unknown>, v as Record<string, unknown>) : v;
+  }
+  return out;
+}
+
+export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
+  const out = path.resolve(options.out);
+  const quick = options.quick === true;
+  const say = (s: string): void => void (options.progress ?? process.stderr).write(`${s}\n`);
+  const t0 = Date.now();
+  fs.mkdirSync(out, { recursive: true });
+
+  // 1. The world: corpus, questions, SFT traces (tool results from the real search engine), tokenizer.
+  const envDir = path.join(out, 'env');
+  say(`[demo] building the world in ${envDir}`);
+  let tools: Awaited<ReturnType<typeof openDemoTools>> | undefined;
+  const env = await buildDemoEnvironment({
+    seed: options.seed,
+    dir: envDir,
+    sizes: quick ? { sft: 160, questions: { test: 40, valid: 40 } } : { sft: 400 },
+    createRunTool: async ({ corpus }) => {
+      tools = await openDemoTools(corpus);
+      const search = tools.runTool;
+      // python results of the traces: the in-process evaluator prints exactly what the sandbox prints for these programs.
+      return async (tag: string, content: string) => (tag === 'python' ? localPython(content) : search(tag, content));
+    },
+  });
+  await tools?.close();
+  const tBuild = Date.now();
+
+  // 2. A tiny model over the demo tokenizer.
+  const tokenizer = Tokenizer.fromDir(envDir);
+  const eos = tokenizer.eosTokenId ?? 0;
+  const initDir = path.join(out, 'model-init');
+  await initModel({ config: demoModelConfig(tokenizer.vocabSize, eos, tokenizer.bosTokenId ?? eos), out: initDir, seed: options.seed, tokenizerDir: envDir });
+
+  // 3. SFT cold start on the imperfect traces.
+  const sftDir = path.join(out, 'model-sft');
+  const rlRun = path.join(out, 'rl');
+  const cfg = demoRunConfig(envDir, sftDir, rlRun, options.seed, quick, options.steps, options.overrides);
+  say(`[demo] SFT on ${env.traces.length} traces (${cfg.sft.epochs} epochs)`);
+  const model = await PolicyModel.load(initDir, { threads: cfg.model.threads });
+  let sftSummary;
+  try {
+    const data = readSftData(env.files.sft, tokenizer);
+    sftSummary = await runSft(model, data, cfg, out, options.progress);
+    await model.save(sftDir, { tokenizerDir: envDir, optimizer: false });
+  } finally {
+    model.dispose();
+  }
+  const tSft = Date.now();
+  const testLimit = quick ? 24 : 0;
+  say('[demo] evaluating the SFT model on the held-out test split');
+  const sftEval = await evaluate(sftDir, env.files.test, cfg, { limit: testLimit, workDir: out, outFile: path.join(out, 'test-sft.jsonl') });
+  say(`[demo] SFT test accuracy ${sftEval.metrics['acc/mean']?.toFixed(3)} | reward ${sftEval.metrics['reward/mean']?.toFixed(3)}`);
+
+  // 4. ARPO RL from the SFT checkpoint.
+  say(`[demo] ARPO RL for ${cfg.train.steps} steps`);
+  const summary = await train(cfg, { progress: options.progress, report: false });
+  const rlModel = path.join(rlRun, 'checkpoints', fs.readFileSync(path.join(rlRun, 'checkpoints', 'latest'), 'utf8').trim(), 'model');
+  const tRl = Date.now();
+  say('[demo] evaluating the RL model on the held-out test split');
+  const rlEval = await evaluate(rlModel, env.files.test, cfg, { limit: testLimit, workDir: out, outFile: path.join(out, 'test-rl.jsonl') });
+  const report = await writeReport([rlRun], path.join(out, 'report.html'));
+  const result: DemoSummary = {
+    out,
+    sft: {
+      ...sftSummary,
+      testAccuracy: sftEval.metrics['acc/mean'] ?? NaN,
+      testReward: sftEval.metrics['reward/mean'] ?? NaN,
+      testToolCalls: sftEval.metrics['tools/calls_per_traj'] ?? NaN,
+    },
+    rl: {
+      steps: summary.stepsDone,
+      testAccuracy: rlEval.metrics['acc/mean'] ?? NaN,
+      testReward: rlEval.metrics['reward/mean'] ?? NaN,
+      testToolCalls: rlEval.metrics['tools/calls_per_traj'] ?? NaN,
+    },
+    seconds: { build: (tBuild - t0) / 1000, sft: (tSft - tBuild) / 1000, rl: (tRl - tSft) / 1000, total: (Date.now() - t0) / 1000 },
+    report,
+  };
+  fs.writeFileSync(path.join(out, 'summary.json'), `${JSON.stringify(result, null, 2)}\n`);
+  say(
+    [
+      '',
+      `| model | test accuracy | test reward | tool calls / question |`,
+      `| --- | --- | --- | --- |`,
+      `| SFT | ${result.sft.testAccuracy.toFixed(3)} | ${result.sft.testReward.toFixed(3)} | ${result.sft.testToolCalls.toFixed(2)} |`,
+      `| SFT + ARPO (${result.rl.steps} steps) | ${result.rl.testAccuracy.toFixed(3)} | ${result.rl.testReward.toFixed(3)} | ${result.rl.testToolCalls.toFixed(2)} |`,
+      '',
+      `report: ${report}`,
+      `wall time: ${result.seconds.total.toFixed(0)} s (build ${result.seconds.build.toFixed(0)}, SFT ${result.seconds.sft.toFixed(0)}, RL ${result.seconds.rl.toFixed(0)})`,
+    ].join('\n'),
+  );
+  return result;
+}

@@ -1,0 +1,172 @@
+// From rollout trees to training data: decode and score every trajectory,
+// turn rewards into advantages (estimator per prompt group, then soft or hard
+// attribution over each tree), and lay them out as training sequences in
+// micro-batches. Also the step metrics that describe a rollout.
+import type { DatasetExample } from '../data';
+import { treeAdvantages, type Attribution } from '../algo';
+import type { TrainSequence } from '../model/policy-model';
+import type { Tokenizer } from '../model/tokenizer';
+import { packTrees, type RolloutResult, type Trajectory } from '../rollout';
+import type { RewardFn, RewardResult } from '../reward';
+import type { StepMetrics } from './metrics';
+import { scoreResponse } from './setup';
+
+export interface ScoredTrajectory {
+  trajectory: Trajectory;
+  /** Index of its prompt in the batch. */
+  group: number;
+  response: string;
+  reward: RewardResult;
+  advantage: number;
+}
+
+export interface ScoredBatch {
+  items: ScoredTrajectory[];
+  /** Training sequences, one per kept trajectory (tool-result tokens masked out). */
+  sequences: TrainSequence[];
+  /** Group (prompt) of each sequence. */
+  sequenceGroups: number[];
+  /** Prompts dropped by dynamic sampling (all rewards equal). */
+  droppedGroups: number;
+}
+
+/** Decodes the response part (the reference decodes with skip_special_tokens). */
+export function responseText(tokenizer: Tokenizer, t: Trajectory): string {
+  return tokenizer.decode(t.tokens.subarray(t.promptLength), { skipSpecialTokens: true });
+}
+
+/**
+ * Scores every leaf and computes advantages. Soft attribution trains every
+ * trajectory as a full sequence with its own advantage (shared tokens then add
+ * up the advantages of the trajectories that share them); hard attribution
+ * gives a shared token the mean advantage of its d trajectories with a loss
+ * weight of 1/d in each, so it counts once (ARPO.md section 2).
+ */
+export async function scoreAndAttribute(
+  rollout: RolloutResult,
+  examples: readonly DatasetExample[],
+  tokenizer: Tokenizer,
+  reward: RewardFn,
+  options: { estimator: string; attribution: Attribution; dynamicSampling: boolean },
+): Promise<ScoredBatch> {
+  const trajectories = rollout.trees.flatMap((tree) => tree.trajectories());
+  const items: ScoredTrajectory[] = [];
+  for (const t of trajectories) {
+    const example = examples[t.prompt]!;
+    const response = responseText(tokenizer, t);
+    items.push({ trajectory: t, group: t.prompt, response, reward: await scoreResponse(reward, example, response), advantage: 0 });
+  }
+  const packed = packTrees(rollout.trees);
+  const adv = treeAdvantages(
+    packed,
+    items.map((i) => i.reward.score),
+    { estimator: options.estimator, attribution: options.attribution },
+  );
+  items.forEach((item, l) => (item.advantage = adv.leafAdvantages[l]!));
+
+  // Dynamic sampling (DAPO): a group whose rewards all agree carries no signal.
+  const dropped = new Set<number>();
+  if (options.dynamicSampling) {
+    const byGroup = new Map<number, number[]>();
+    for (const i of items) byGroup.set(i.group, [...(byGroup.get(i.group) ?? []), i.reward.score]);
+    for (const [g, rs] of byGroup) if (rs.every((r) => r === rs[0])) dropped.add(g);
+  }
+
+  const sequences: TrainSequence[] = [];
+  const sequenceGroups: number[] = [];
+  items.forEach((item, l) => {
+    if (dropped.has(item.group)) return;
+    const t = item.trajectory;
+    const n = t.tokens.length;
+    const advantages = new Float32Array(n);
+    const mask = new Float32Array(n);
+    if (options.attribution === 'soft') {
+      for (let i = 0; i < n; i++) {
+        mask[i] = t.lossMask[i]!; // tool-result and prompt tokens: mask 0 (context, not actions)
+        advantages[i] = item.advantage;
+      }
+    } else {
+      const treeNodeBase = packed.treeNodeOffset[t.prompt]!;
+      let pos = 0;
+      for (const local of t.nodes) {
+        const g = treeNodeBase + local;
+        const count = packed.tokenCount[g]!;
+        const d = Math.max(1, adv.nodeLeafCounts[g]!);
+        const value = adv.nodeValues[g]!;
+        for (let i = pos; i < pos + count && i < n; i++) {
+          mask[i] = t.lossMask[i]! / d; // shared by d trajectories: counted once in total
+          advantages[i] = value;
+        }
+        pos += count;
+      }
+    }
+    sequences.push({ tokens: t.tokens, mask, oldLogprobs: t.logprobs, advantages });
+    sequenceGroups.push(item.group);
+    void l;
+  });
+  return { items, sequences, sequenceGroups, droppedGroups: dropped.size };
+}
+
+/** Splits sequences into micro-batches of at most `maxTokens` tokens (a longer sequence goes alone). */
+export function microBatches(sequences: readonly TrainSequence[], maxTokens: number): TrainSequence[][] {
+  const out: TrainSequence[][] = [];
+  let cur: TrainSequence[] = [];
+  let tokens = 0;
+  for (const s of sequences) {
+    const n = s.tokens.length;
+    if (cur.length > 0 && tokens + n > maxTokens) {
+      out.push(cur);
+      cur = [];
+      tokens = 0;
+    }
+    cur.push(s);
+    tokens += n;
+  }
+  if (cur.length > 0) out.push(cur);
+  return out;
+}
+
+function mean(xs: readonly number[]): number {
+  return xs.length === 0 ? NaN : xs.reduce((a, b) => a + b, 0) / xs.length;
+}
+
+function meanOfRecord(r: Record<string, number>): number {
+  const v = Object.values(r).filter((x) => Number.isFinite(x));
+  return mean(v);
+}
+
+/** Metrics of one scored rollout (reward, accuracy, length, tools, entropy, branching, cost). */
+export function rolloutStepMetrics(rollout: RolloutResult, items: readonly ScoredTrajectory[]): StepMetrics {
+  const m = rollout.metrics;
+  const out: StepMetrics = {
+    'reward/mean': mean(items.map((i) => i.reward.score)),
+    'acc/mean': mean(items.map((i) => i.reward.accuracy)),
+    'acc/exact': mean(items.map((i) => (i.reward.accuracy >= 1 ? 1 : 0))),
+    'format/ok': mean(items.map((i) => (i.reward.formatOk ? 1 : 0))),
+    'response/length_mean': mean(items.map((i) => i.trajectory.lossMask.reduce((a, b) => a + b, 0))),
+    'tools/calls_per_traj': mean(items.map((i) => i.trajectory.toolTags.length)),
+    'rollout/trajectories': m.trajectories,
+    'rollout/tokens_generated': m.tokensGenerated,
+    'rollout/tokens_computed': m.tokensComputed,
+    'rollout/unique_token_ratio': m.leafTokensTotal > 0 ? m.leafTokensUnique / m.leafTokensTotal : 1,
+    'rollout/branch_events': m.branchEvents,
+    'rollout/decisions': m.decisions,
+    'time/model_s': m.modelMs / 1000,
+    'time/tools_s': m.toolMs / 1000,
+    'time/rollout_s': m.wallMs / 1000,
+  };
+  let executed = 0;
+  for (const [tag, c] of Object.entries(m.toolCalls)) {
+    executed += c.executed;
+    out[`tools/executed/${tag}`] = c.executed;
+  }
+  out['tools/executed_per_prompt'] = m.prompts > 0 ? executed / m.prompts : 0;
+  const tags = new Set(items.flatMap((i) => i.trajectory.toolTags));
+  for (const tag of tags) out[`tools/calls/${tag}`] = mean(items.map((i) => i.trajectory.toolTags.filter((x) => x === tag).length));
+  const before = meanOfRecord(m.entropyBeforeTool);
+  const after = meanOfRecord(m.entropyAfterTool);
+  if (Number.isFinite(before)) out['entropy/before_tool'] = before;
+  if (Number.isFinite(after)) out['entropy/after_tool'] = after;
+  for (const [k, v] of Object.entries(out)) if (!Number.isFinite(v)) delete out[k];
+  return out;
+}

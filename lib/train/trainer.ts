@@ -1,0 +1,283 @@
+// The RL trainer: sample prompts -> rollout (ARPO tree or trajectory-level)
+// -> rewards -> advantages (estimator + attribution) -> PPO epochs over
+// mini-batches -> optimiser step -> metrics -> validation -> checkpoint.
+//
+// Deliberate departures from the paper / reference code (ARPO.md):
+// - Entropy is exact over the full vocabulary (fused into the sampler), not the
+//   reference's top-10 estimate (kept as an option: rollout.entropyEstimate).
+// - The branch decision after tool call c uses the window after result c (the
+//   reference decides one step late); the entropy baseline is per trajectory.
+// - Branches fork the paged KV cache at the end of the tool result instead of
+//   re-sending the prefix to an inference engine.
+// - Budget refills are fresh global samples, never copies of a trajectory.
+// - Over the tool-call limit a path ends without a forced, trained EOS.
+// - Hard attribution is applied on flattened trajectories with per-token loss
+//   weights 1/d (so a token shared by d trajectories counts once), which equals
+//   training the packed tree once.
+// - Old log-probs default to a recompute by the current policy before the update
+//   (verl's default), with `train.oldLogprobs = rollout` to use the sampler's.
+import * as crypto from 'crypto';
+import * as fs from 'fs';
+import * as path from 'path';
+import { ArpoError } from '../errors';
+import type { DatasetExample, SamplerState } from '../data';
+import type { PolicyModel, TrainSequence, TrainStepOptions } from '../model/policy-model';
+import type { Tokenizer } from '../model/tokenizer';
+import { rollout, runnerExecutor, tokenizerText, type RolloutDeps } from '../rollout';
+import type { RewardFn } from '../reward';
+import { microBatches, rolloutStepMetrics, scoreAndAttribute, type ScoredTrajectory } from './batch';
+import { CheckpointManager } from './checkpoint';
+import type { RunConfig } from './config';
+import { MetricsLog, Progress, type StepMetrics } from './metrics';
+import { writeReport } from './report';
+import { buildReward, buildTools, eosTokenIds, loadDataset, loadPolicy, promptIds, PROTOCOL, rolloutSettings } from './setup';
+
+export interface TrainOptions {
+  /** Continue from the run directory's latest checkpoint. */
+  resume?: boolean;
+  /** Stop after this many steps of this process (for tests of resume); the schedule still spans train.steps. */
+  stopAfter?: number;
+  /** Where progress goes (default stderr). */
+  progress?: { write(s: string): boolean; isTTY?: boolean };
+  /** Write report.html at the end (default true). */
+  report?: boolean;
+}
+
+export interface TrainSummary {
+  runDir: string;
+  stepsDone: number;
+  lastMetrics: StepMetrics;
+  validation: StepMetrics[];
+}
+
+/** Stable hash of the options that change the numbers (train.outDir and progress excluded). */
+export function configHash(cfg: RunConfig): string {
+  const { train, ...rest } = cfg;
+  const { outDir: _outDir, ...trainRest } = train;
+  return crypto.createHash('sha256').update(JSON.stringify({ ...rest, train: trainRest })).digest('hex').slice(0, 16);
+}
+
+/** Seed of one rollout: a hash of (run seed, phase, step), so steps never share random streams. */
+export function stepSeed(seed: number, phase: 'train' | 'valid', step: number): bigint {
+  const h = crypto.createHash('sha256').update(`${seed}:${phase}:${step}`).digest();
+  return h.readBigUInt64LE(0);
+}
+
+function lossOptions(cfg: RunConfig): TrainStepOptions {
+  const l = cfg.loss;
+  return {
+    mode: 'policy',
+    loss: {
+      clipLow: l.clipLow,
+      clipHigh: l.clipHigh,
+      dualClipC: l.dualClipC,
+      klType: l.klType === 'low_var_kl' ? 'k3' : l.klType,
+      klCoef: l.klCoef,
+      entropyCoef: l.entropyCoef,
+      aggregation: l.aggregation,
+      temperature: cfg.rollout.temperature > 0 ? cfg.rollout.temperature : 1,
+    },
+    optimizer: {
+      lr: cfg.optim.lr,
+      beta1: cfg.optim.beta1,
+      beta2: cfg.optim.beta2,
+      eps: cfg.optim.eps,
+      weightDecay: cfg.optim.weightDecay,
+      maxGradNorm: cfg.optim.maxGradNorm,
+      warmupSteps: cfg.optim.warmupSteps,
+      totalSteps: cfg.train.steps,
+      schedule: cfg.optim.schedule,
+    },
+  };
+}
+
+/** Seeded Fisher-Yates (mulberry32) for mini-batch order. */
+function shuffled<T>(xs: readonly T[], seed: number): T[] {
+  const out = xs.slice();
+  let a = seed >>> 0;
+  const rand = (): number => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(rand() * (i + 1));
+    [out[i], out[j]] = [out[j]!, out[i]!];
+  }
+  return out;
+}
+
+function averageMetrics(list: readonly Record<string, number>[]): StepMetrics {
+  const out: StepMetrics = {};
+  if (list.length === 0) return out;
+  for (const key of Object.keys(list[0]!)) {
+    const vals = list.map((m) => m[key]).filter((v): v is number => typeof v === 'number' && Number.isFinite(v));
+    if (vals.length) out[key] = vals.reduce((a, b) => a + b, 0) / vals.length;
+  }
+  return out;
+}
+
+/** Greedy validation (n = 1, temperature 0, like the reference): accuracy, reward and tool use. */
+export async function validate(
+  model: PolicyModel,
+  tokenizer: Tokenizer,
+  deps: RolloutDeps,
+  examples: readonly DatasetExample[],
+  reward: RewardFn,
+  cfg: RunConfig,
+  step: number,
+): Promise<{ metrics: StepMetrics; items: ScoredTrajectory[] }> {
+  const items: ScoredTrajectory[] = [];
+  const metrics: StepMetrics[] = [];
+  const chunk = Math.max(1, Math.min(cfg.train.batchPrompts, 64));
+  for (let i = 0; i < examples.length; i += chunk) {
+    const batch = examples.slice(i, i + chunk);
+    const prompts = batch.map((e) => promptIds(e, tokenizer, cfg.data.systemPrompt));
+    const result = await rollout(deps, prompts, stepSeed(cfg.train.seed, 'valid', step), rolloutSettings(cfg, { mode: 'trajectory', budget: 1, initialSamples: 1, temperature: 0 }));
+    const scored = await scoreAndAttribute(result, batch, tokenizer, reward, { estimator: 'grpo', attribution: 'soft', dynamicSampling: false });
+    for (const it of scored.items) it.group += i; // prompt index within the whole evaluation set
+    items.push(...scored.items);
+    metrics.push({ ...rolloutStepMetrics(result, scored.items), weight: scored.items.length });
+  }
+  // Weighted by the number of examples in each chunk.
+  const total = metrics.reduce((a, m) => a + (m.weight ?? 0), 0);
+  const out: StepMetrics = {};
+  for (const key of ['reward/mean', 'acc/mean', 'acc/exact', 'format/ok', 'response/length_mean', 'tools/calls_per_traj']) {
+    let s = 0;
+    let w = 0;
+    for (const m of metrics) if (m[key] !== undefined) (s += m[key]! * m.weight!), (w += m.weight!);
+    if (w > 0) out[key] = s / w;
+  }
+  out['valid/examples'] = total;
+  void model;
+  return { metrics: out, items };
+}
+
+/** Runs RL training as configured; returns when train.steps (or stopAfter) steps are done. */
+export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise<TrainSummary> {
+  // ---------------------------------------------------------------- init
+  const runDir = path.resolve(cfg.train.outDir);
+  fs.mkdirSync(runDir, { recursive: true });
+  const hash = configHash(cfg);
+  const ckpt = new CheckpointManager(runDir);
+  ckpt.cleanPartial();
+  const latest = options.resume ? ckpt.latest() : null;
+  if (options.resume && !latest) throw new ArpoError('BAD_CHECKPOINT', `--resume: no complete checkpoint in ${ckpt.dir}`);
+  if (latest && latest.state.configHash !== hash) {
+    throw new ArpoError('BAD_CONFIG', `--resume: the checkpoint was made with a different configuration (hash ${latest.state.configHash}, now ${hash})`);
+  }
+  if (!options.resume && fs.existsSync(path.join(runDir, 'metrics.jsonl'))) fs.rmSync(path.join(runDir, 'metrics.jsonl'));
+  fs.writeFileSync(path.join(runDir, 'config.json'), `${JSON.stringify(cfg, null, 2)}\n`);
+
+  if (!cfg.model.path) throw new ArpoError('BAD_CONFIG', 'config: model.path is required');
+  if (!cfg.data.train) throw new ArpoError('BAD_CONFIG', 'config: data.train is required');
+  const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : cfg.model.path, {
+    ...cfg,
+    model: { ...cfg.model, tokenizer: cfg.model.tokenizer ?? cfg.model.path },
+  });
+  const tools = await buildTools(cfg, runDir);
+  const reward = await buildReward(cfg);
+  const trainSet = await loadDataset(cfg.data.train, cfg);
+  const validSet = cfg.data.valid ? await loadDataset(cfg.data.valid, cfg, cfg.data.validLimit) : null;
+  if (trainSet.size < cfg.train.batchPrompts) {
+    throw new ArpoError('BAD_CONFIG', `train.batchPrompts: ${cfg.train.batchPrompts} exceeds the ${trainSet.size} examples of ${cfg.data.train}`);
+  }
+  const sampler = trainSet.sampler({ batchSize: cfg.train.batchPrompts, seed: cfg.train.seed, shuffle: cfg.data.shuffle });
+  if (latest) sampler.restore(latest.state.dataCursor as SamplerState);
+  const deps: RolloutDeps = {
+    engine: model,
+    text: tokenizerText(tokenizer),
+    executeTool: runnerExecutor(tools.runner),
+    protocol: PROTOCOL,
+    eosTokenIds: eosTokenIds(tokenizer, cfg.model.path),
+  };
+  const log = new MetricsLog(runDir);
+  const startStep = latest ? latest.state.step : 0;
+  if (latest) log.truncateAfter(startStep);
+  const progress = new Progress(cfg.train.steps, options.progress ?? process.stderr);
+  const stepOptions = lossOptions(cfg);
+  const started = Date.now();
+  const validation: StepMetrics[] = [];
+  let lastMetrics: StepMetrics = {};
+
+  const saveCheckpoint = async (step: number): Promise<void> => {
+    await ckpt.save({ version: 1, step, dataCursor: sampler.state(), seed: cfg.train.seed, configHash: hash }, (dir) =>
+      model.save(dir, { optimizer: true, tokenizerDir: cfg.model.tokenizer ?? cfg.model.path ?? undefined }),
+    );
+  };
+  const runValidation = async (step: number): Promise<void> => {
+    if (!validSet) return;
+    const v = await validate(model, tokenizer, deps, validSet.examples, reward, cfg, step);
+    validation.push(v.metrics);
+    log.append({ step, phase: 'valid', time: (Date.now() - started) / 1000, metrics: v.metrics });
+    progress.message(`valid step ${step} | reward ${v.metrics['reward/mean']?.toFixed(3)} | acc ${v.metrics['acc/mean']?.toFixed(3)} | tool calls ${v.metrics['tools/calls_per_traj']?.toFixed(2)}`);
+  };
+
+  try {
+    if (startStep === 0 && cfg.train.validateEvery > 0) await runValidation(0);
+    const lastStep = options.stopAfter ? Math.min(cfg.train.steps, startStep + options.stopAfter) : cfg.train.steps;
+    for (let step = startStep + 1; step <= lastStep; step++) {
+      // ------------------------------------------------------------ rollout
+      const examples = sampler.next();
+      const prompts = examples.map((e) => promptIds(e, tokenizer, cfg.data.systemPrompt));
+      const result = await rollout(deps, prompts, stepSeed(cfg.train.seed, 'train', step), rolloutSettings(cfg));
+      // ------------------------------------------------------------ rewards and advantages
+      const scored = await scoreAndAttribute(result, examples, tokenizer, reward, {
+        estimator: cfg.algorithm.estimator,
+        attribution: cfg.algorithm.attribution,
+        dynamicSampling: cfg.algorithm.dynamicSampling,
+      });
+      let sequences: TrainSequence[] = scored.sequences;
+      if (cfg.train.oldLogprobs === 'recompute' && sequences.length > 0) {
+        const scores = await model.logprobs(sequences.map((s) => s.tokens), { temperature: stepOptions.loss!.temperature! });
+        sequences = sequences.map((s, i) => ({ ...s, oldLogprobs: scores.logprobs[i]! }));
+      }
+      // ------------------------------------------------------------ PPO epochs over mini-batches of prompts
+      const t0 = Date.now();
+      const updates: Record<string, number>[] = [];
+      const groups = [...new Set(scored.sequenceGroups)];
+      for (let epoch = 0; epoch < cfg.train.ppoEpochs; epoch++) {
+        const order = shuffled(groups, (cfg.train.seed * 1000003 + step * 101 + epoch) >>> 0);
+        for (let g = 0; g < order.length; g += cfg.train.miniBatchPrompts) {
+          const mini = new Set(order.slice(g, g + cfg.train.miniBatchPrompts));
+          const seqs = sequences.filter((_, i) => mini.has(scored.sequenceGroups[i]!));
+          if (seqs.length === 0) continue;
+          const m = await model.trainStep(microBatches(seqs, cfg.train.microBatchTokens), stepOptions);
+          updates.push({
+            'actor/loss': m.loss,
+            'actor/pg_loss': m.pgLoss,
+            'actor/pg_clipfrac': m.pgClipfrac,
+            'actor/pg_clipfrac_lower': m.pgClipfracLower,
+            'actor/ppo_kl': m.ppoKl,
+            'actor/entropy': m.entropy,
+            'actor/grad_norm': m.gradNorm,
+            'actor/lr': m.lr,
+            'actor/skipped': m.skipped ? 1 : 0,
+          });
+        }
+      }
+      // ------------------------------------------------------------ metrics
+      lastMetrics = {
+        ...rolloutStepMetrics(result, scored.items),
+        ...averageMetrics(updates),
+        'actor/updates': updates.length,
+        'data/dropped_groups': scored.droppedGroups,
+        'time/train_s': (Date.now() - t0) / 1000,
+      };
+      log.append({ step, phase: 'train', time: (Date.now() - started) / 1000, metrics: lastMetrics });
+      progress.step(step, lastMetrics);
+      // ------------------------------------------------------------ validation and checkpoint
+      if (cfg.train.validateEvery > 0 && step % cfg.train.validateEvery === 0) await runValidation(step);
+      if ((cfg.train.checkpointEvery > 0 && step % cfg.train.checkpointEvery === 0) || step === cfg.train.steps || step === lastStep) {
+        await saveCheckpoint(step);
+      }
+    }
+    if (options.report !== false) await writeReport([runDir]);
+    return { runDir, stepsDone: lastStep - startStep, lastMetrics, validation };
+  } finally {
+    await tools.close();
+    model.dispose();
+  }
+}

