@@ -3,6 +3,7 @@
 // saved and restored so a resumed run sees exactly the batches it would have.
 import * as path from 'path';
 import { ArpoError, invalidArgument } from '../errors';
+import { mulberry32 } from '../random';
 import { readJsonlRows, readParquetRows, type RawRow } from './readers';
 import { isIssue, parseRow, type DatasetExample, type DatasetIssue } from './rows';
 
@@ -109,18 +110,6 @@ export interface SamplerState {
   readonly dropLast: boolean;
   /** Dataset size when saved; restoring onto a different size fails. */
   readonly size: number;
-}
-
-/** mulberry32 (Tommy Ettinger): small, fast, good enough for permutations. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** 32-bit mix of (seed, epoch) (murmur3 finaliser) so each epoch has its own stream. */

@@ -5,7 +5,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { ArpoError } from '../errors';
 import { buildPrompt, PromptDataset, type DatasetExample } from '../data';
-import { PolicyModel } from '../model/policy-model';
+import { PolicyModel, type OptimizerSettings } from '../model/policy-model';
 import { Tokenizer } from '../model/tokenizer';
 import { getReward, loadRewardModule, type RewardFn, type RewardResult } from '../reward';
 import { DEFAULT_PROTOCOL, PythonTool, SearchIndex, SearchTool, ToolCallCache, ToolRunner } from '../tools';
@@ -38,6 +38,12 @@ export function eosTokenIds(tokenizer: Tokenizer, modelDir?: string | null): num
 export function promptIds(example: DatasetExample, tokenizer: Tokenizer, systemPrompt: string | null): Int32Array {
   const out = buildPrompt(example, (messages) => tokenizer.applyChatTemplate(messages.map((m) => ({ role: m.role, content: m.content })), { addGenerationPrompt: true }).ids, systemPrompt === null ? {} : { systemPrompt });
   return out instanceof Int32Array ? out : tokenizer.encode(out, { addSpecialTokens: false });
+}
+
+/** AdamW and schedule settings from the run config (SFT passes its own lr). */
+export function optimizerSettings(cfg: RunConfig, lr: number, totalSteps: number): Partial<OptimizerSettings> {
+  const o = cfg.optim;
+  return { lr, beta1: o.beta1, beta2: o.beta2, eps: o.eps, weightDecay: o.weightDecay, maxGradNorm: o.maxGradNorm, warmupSteps: o.warmupSteps, totalSteps, schedule: o.schedule };
 }
 
 /** Rollout settings from the run config (same names, minus the ones the trainer owns). */

@@ -6,13 +6,14 @@
 // tokenised one by one and concatenated, as a rollout builds the sequence.
 import * as fs from 'fs';
 import * as path from 'path';
+import { epochPermutation } from '../data';
 import { ArpoError, describeValue } from '../errors';
 import type { PolicyModel, TrainSequence } from '../model/policy-model';
 import type { Tokenizer } from '../model/tokenizer';
 import { microBatches } from './batch';
 import type { RunConfig } from './config';
 import { MetricsLog, Progress, type StepMetrics } from './metrics';
-import { eosTokenIds } from './setup';
+import { eosTokenIds, optimizerSettings } from './setup';
 
 export interface SftSegment {
   type: 'text' | 'tool_result';
@@ -113,21 +114,6 @@ export function readSftData(file: string, tokenizer: Tokenizer, options: { skipU
   return out;
 }
 
-/** Seeded permutation (mulberry32 + Fisher-Yates). */
-function permutation(n: number, seed: number): number[] {
-  const order = Array.from({ length: n }, (_, i) => i);
-  let a = seed >>> 0;
-  for (let i = n - 1; i > 0; i--) {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    const j = Math.floor((((t ^ (t >>> 14)) >>> 0) / 4294967296) * (i + 1));
-    [order[i], order[j]] = [order[j]!, order[i]!];
-  }
-  return order;
-}
-
 export interface SftSummary {
   steps: number;
   firstLoss: number;
@@ -152,22 +138,12 @@ export async function runSft(
   let firstLoss = NaN;
   let lastLoss = NaN;
   for (let epoch = 0; epoch < cfg.sft.epochs; epoch++) {
-    const order = permutation(data.length, cfg.train.seed * 7919 + epoch);
+    const order = Array.from(epochPermutation(data.length, cfg.train.seed, epoch));
     for (let b = 0; b < order.length; b += perStep) {
       const batch = order.slice(b, b + perStep).map((i) => data[i]!);
       const m = await model.trainStep(microBatches(batch, cfg.train.microBatchTokens), {
         mode: 'sft',
-        optimizer: {
-          lr: cfg.sft.lr,
-          beta1: cfg.optim.beta1,
-          beta2: cfg.optim.beta2,
-          eps: cfg.optim.eps,
-          weightDecay: cfg.optim.weightDecay,
-          maxGradNorm: cfg.optim.maxGradNorm,
-          warmupSteps: cfg.optim.warmupSteps,
-          totalSteps: total,
-          schedule: cfg.optim.schedule,
-        },
+        optimizer: optimizerSettings(cfg, cfg.sft.lr, total),
       });
       step++;
       if (step === 1) firstLoss = m.loss;

@@ -20,7 +20,7 @@ import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as path from 'path';
 import { ArpoError } from '../errors';
-import type { DatasetExample, SamplerState } from '../data';
+import { epochPermutation, type DatasetExample, type SamplerState } from '../data';
 import type { PolicyModel, TrainSequence, TrainStepOptions } from '../model/policy-model';
 import type { Tokenizer } from '../model/tokenizer';
 import { rollout, runnerExecutor, tokenizerText, type RolloutDeps } from '../rollout';
@@ -30,7 +30,7 @@ import { CheckpointManager } from './checkpoint';
 import type { RunConfig } from './config';
 import { MetricsLog, Progress, type StepMetrics } from './metrics';
 import { writeReport } from './report';
-import { buildReward, buildTools, eosTokenIds, loadDataset, loadPolicy, promptIds, PROTOCOL, rolloutSettings } from './setup';
+import { buildReward, buildTools, eosTokenIds, loadDataset, loadPolicy, optimizerSettings, promptIds, PROTOCOL, rolloutSettings } from './setup';
 
 export interface TrainOptions {
   /** Continue from the run directory's latest checkpoint. */
@@ -77,36 +77,8 @@ function lossOptions(cfg: RunConfig): TrainStepOptions {
       aggregation: l.aggregation,
       temperature: cfg.rollout.temperature > 0 ? cfg.rollout.temperature : 1,
     },
-    optimizer: {
-      lr: cfg.optim.lr,
-      beta1: cfg.optim.beta1,
-      beta2: cfg.optim.beta2,
-      eps: cfg.optim.eps,
-      weightDecay: cfg.optim.weightDecay,
-      maxGradNorm: cfg.optim.maxGradNorm,
-      warmupSteps: cfg.optim.warmupSteps,
-      totalSteps: cfg.train.steps,
-      schedule: cfg.optim.schedule,
-    },
+    optimizer: optimizerSettings(cfg, cfg.optim.lr, cfg.train.steps),
   };
-}
-
-/** Seeded Fisher-Yates (mulberry32) for mini-batch order. */
-function shuffled<T>(xs: readonly T[], seed: number): T[] {
-  const out = xs.slice();
-  let a = seed >>> 0;
-  const rand = (): number => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(rand() * (i + 1));
-    [out[i], out[j]] = [out[j]!, out[i]!];
-  }
-  return out;
 }
 
 function averageMetrics(list: readonly Record<string, number>[]): StepMetrics {
@@ -239,7 +211,8 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
       const updates: Record<string, number>[] = [];
       const groups = [...new Set(scored.sequenceGroups)];
       for (let epoch = 0; epoch < cfg.train.ppoEpochs; epoch++) {
-        const order = shuffled(groups, (cfg.train.seed * 1000003 + step * 101 + epoch) >>> 0);
+        // Mini-batch order: a seeded permutation per (step, epoch), the data sampler's own shuffle.
+        const order = Array.from(epochPermutation(groups.length, cfg.train.seed, step * 1000 + epoch), (i) => groups[i]!);
         for (let g = 0; g < order.length; g += cfg.train.miniBatchPrompts) {
           const mini = new Set(order.slice(g, g + cfg.train.miniBatchPrompts));
           const seqs = sequences.filter((_, i) => mini.has(scored.sequenceGroups[i]!));

@@ -1,18 +1,8 @@
 // Advantage estimators against loop-based references written from verl's
 // core_algos (token-level tensors, response masks, masked_whiten) in float64.
 import { advantageEstimatorNames, computeAdvantages, getAdvantageEstimator, registerAdvantageEstimator } from '../../lib/algo';
+import { mulberry32 as rng } from '../../lib/random';
 
-/** Seeded uniform numbers (mulberry32) so failures reproduce. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Batch {
   rewards: number[];

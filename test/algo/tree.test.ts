@@ -3,20 +3,11 @@
 // tokens the mean advantage of their leaves; checked against float64 loops.
 import { attributeTreeAdvantages, computeAdvantages, nativeTreeKernels, treeAdvantages, type PackedTreeArrays, type TreeKernels } from '../../lib/algo';
 import type { PackedTrees } from '../../lib/rollout/tree';
+import { mulberry32 as rng } from '../../lib/random';
 
 // What lib/rollout's packTrees produces must be accepted as is (checked by `tsc --noEmit`).
 export const rolloutPackingFits = (packed: PackedTrees): PackedTreeArrays => packed;
 
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** The kernel contract (kernels.h section 5) as a plain float64 loop: walk each leaf up to its root. */
 const loopKernels: TreeKernels = {

@@ -10,6 +10,7 @@ import {
   type ToolCallParse,
   type ToolProtocol,
 } from '../../lib/tools';
+import { mulberry32 as rng } from '../../lib/random';
 
 /**
  * Naive reference: walks the text one character at a time, tracking whether
@@ -60,17 +61,6 @@ function naiveParse(s: string, p: ToolProtocol): ToolCallParse {
   return { kind: 'none', reason: 'no_call' };
 }
 
-/** Deterministic PRNG (mulberry32) so failures reproduce. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe('parseToolCall: cases models produce', () => {
   const p = DEFAULT_PROTOCOL;

@@ -17,6 +17,7 @@ import {
   toFtsQuery,
   ToolRunner,
 } from '../../lib/tools';
+import { mulberry32 as rng } from '../../lib/random';
 
 const CACHE_FILE = defaultSearchCachePath();
 const cache = JSON.parse(fs.readFileSync(CACHE_FILE, 'utf8')) as Record<string, string>;
@@ -165,16 +166,6 @@ function naiveBm25(docs: Array<{ title: string; text: string }>, query: string[]
   });
 }
 
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe('JSONL corpora', () => {
   // Porter-stable, distinct words, so FTS5's stems and the naive words coincide.

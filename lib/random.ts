@@ -1,0 +1,13 @@
+// Small seeded random helpers shared by the TypeScript layers and the tests.
+
+/** mulberry32 (Tommy Ettinger): a fast 32-bit seeded generator of uniforms in [0, 1). */
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
