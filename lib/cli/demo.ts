@@ -79,7 +79,7 @@ export function demoRunConfig(envDir: string, modelDir: string, runDir: string, 
     algorithm: { name: 'arpo', estimator: 'grpo', attribution: 'soft' },
     loss: { clipLow: 0.2, clipHigh: 0.28, aggregation: 'token-mean' },
     optim: { lr: 2e-4, weightDecay: 0, warmupSteps: 0, schedule: 'constant', maxGradNorm: 1 },
-    sft: { epochs: quick ? 2 : 4, batchSequences: 16, lr: 3e-3 },
+    sft: { epochs: quick ? 2 : 12, batchSequences: 16, lr: 3e-3 },
     train: {
       steps: steps ?? (quick ? 3 : 30),
       batchPrompts: quick ? 4 : 8,
