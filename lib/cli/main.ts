@@ -52,7 +52,7 @@ export function buildProgram(): Command {
       if (!cfg.sft.data) throw new Error('sft: sft.data is required (--set sft.data=<file.jsonl>)');
       const { model, tokenizer } = await loadPolicy(cfg.model.path, cfg);
       try {
-        const data = readSftData(cfg.sft.data, tokenizer, { skipUngrounded: cfg.sft.skipUngrounded });
+        const data = readSftData(cfg.sft.data, tokenizer, { skipUngrounded: cfg.sft.skipUngrounded, systemPrompt: cfg.data.systemPrompt });
         const s = await runSft(model, data, cfg, cfg.train.outDir);
         await model.save(opts.out, { tokenizerDir: cfg.model.tokenizer ?? cfg.model.path });
         process.stdout.write(`${JSON.stringify({ out: opts.out, ...s })}\n`);

@@ -33,7 +33,7 @@ export const OPTIONS = {
   'data.train': opt(z.string().min(1).nullable(), null, 'Training prompts: reference parquet or JSONL with the same fields'),
   'data.valid': opt(z.string().min(1).nullable(), null, 'Validation prompts (parquet or JSONL)'),
   'data.validLimit': opt(int(0), 0, 'Use at most this many validation rows (0 = all)'),
-  'data.systemPrompt': opt(z.string().nullable(), null, 'System prompt when rows carry a question instead of prompt messages'),
+  'data.systemPrompt': opt(z.string().nullable(), null, 'System prompt replacing the rows\' system message in RL prompts and SFT conversations ("" drops it; null keeps the rows\')'),
   'data.onBadRow': opt(z.enum(['skip', 'fail']), 'fail', 'What to do with a malformed dataset row'),
   'data.shuffle': opt(z.boolean(), true, 'Shuffle training prompts each epoch (seeded)'),
   // ---------------------------------------------------------------- rollout

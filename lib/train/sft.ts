@@ -36,17 +36,21 @@ export function splitToolResults(content: string): SftSegment[] {
 }
 
 /** Tokens and loss mask of one conversation: prompt (mask 0), text segments (1), tool results (0), EOS (1). */
-export function encodeConversation(row: unknown, tokenizer: Tokenizer, eos: number, where: string): TrainSequence {
+export function encodeConversation(row: unknown, tokenizer: Tokenizer, eos: number, where: string, systemPrompt: string | null = null): TrainSequence {
   const r = row as { messages?: unknown };
   if (r === null || typeof r !== 'object' || !Array.isArray(r.messages) || r.messages.length < 2) {
     throw new ArpoError('BAD_DATA', `${where}: expected {messages: [...]} with at least two messages but received ${describeValue(row)}`);
   }
-  const messages = r.messages as { role?: unknown; content?: unknown; segments?: unknown }[];
+  let messages = r.messages as { role?: unknown; content?: unknown; segments?: unknown }[];
   messages.forEach((m, i) => {
     if (m === null || typeof m !== 'object' || typeof m.role !== 'string' || typeof m.content !== 'string') {
       throw new ArpoError('BAD_DATA', `${where}: messages[${i}] must be {role: string, content: string} but received ${describeValue(m)}`);
     }
   });
+  // data.systemPrompt, when set, replaces the rows' system message ('' drops it), as for RL prompts.
+  if (systemPrompt !== null) {
+    messages = [...(systemPrompt ? [{ role: 'system', content: systemPrompt }] : []), ...messages.filter((m) => m.role !== 'system')];
+  }
   const lastIdx = messages.length - 1;
   const target = messages[lastIdx]!;
   if (target.role !== 'assistant') throw new ArpoError('BAD_DATA', `${where}: the last message must be the assistant's, not ${JSON.stringify(target.role)}`);
@@ -88,7 +92,7 @@ export function encodeConversation(row: unknown, tokenizer: Tokenizer, eos: numb
 }
 
 /** Reads and encodes an SFT file; malformed lines are errors naming file and line. */
-export function readSftData(file: string, tokenizer: Tokenizer, options: { skipUngrounded?: boolean; eos?: number } = {}): TrainSequence[] {
+export function readSftData(file: string, tokenizer: Tokenizer, options: { skipUngrounded?: boolean; eos?: number; systemPrompt?: string | null } = {}): TrainSequence[] {
   let text: string;
   try {
     text = fs.readFileSync(file, 'utf8');
@@ -108,7 +112,7 @@ export function readSftData(file: string, tokenizer: Tokenizer, options: { skipU
       throw new ArpoError('BAD_DATA', `${where}: not valid JSON (${(e as Error).message})`);
     }
     if (options.skipUngrounded && (row as { grounded?: unknown }).grounded === false) return;
-    out.push(encodeConversation(row, tokenizer, eos, where));
+    out.push(encodeConversation(row, tokenizer, eos, where, options.systemPrompt ?? null));
   });
   if (out.length === 0) throw new ArpoError('BAD_DATA', `${file}: no SFT conversations`);
   return out;
