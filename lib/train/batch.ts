@@ -74,8 +74,8 @@ export async function scoreAndAttribute(
 
   const sequences: TrainSequence[] = [];
   const sequenceGroups: number[] = [];
-  items.forEach((item, l) => {
-    if (dropped.has(item.group)) return;
+  for (const item of items) {
+    if (dropped.has(item.group)) continue;
     const t = item.trajectory;
     const n = t.tokens.length;
     const advantages = new Float32Array(n);
@@ -102,8 +102,7 @@ export async function scoreAndAttribute(
     }
     sequences.push({ tokens: t.tokens, mask, oldLogprobs: t.logprobs, advantages });
     sequenceGroups.push(item.group);
-    void l;
-  });
+  }
   return { items, sequences, sequenceGroups, droppedGroups: dropped.size };
 }
 

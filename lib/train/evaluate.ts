@@ -30,7 +30,7 @@ export async function evaluate(modelDir: string, dataFile: string, cfg: RunConfi
       protocol: PROTOCOL,
       eosTokenIds: eosTokenIds(tokenizer, modelDir),
     };
-    const { metrics, items } = await validate(model, tokenizer, deps, data.examples, reward, cfg, 0);
+    const { metrics, items } = await validate(tokenizer, deps, data.examples, reward, cfg, 0);
     const rows = items.map((i) => ({
       question: data.examples[i.group]?.question ?? '',
       groundTruth: data.examples[i.group]?.groundTruth ?? '',

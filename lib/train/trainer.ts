@@ -93,7 +93,6 @@ function averageMetrics(list: readonly Record<string, number>[]): StepMetrics {
 
 /** Greedy validation (n = 1, temperature 0, like the reference): accuracy, reward and tool use. */
 export async function validate(
-  model: PolicyModel,
   tokenizer: Tokenizer,
   deps: RolloutDeps,
   examples: readonly DatasetExample[],
@@ -123,7 +122,6 @@ export async function validate(
     if (w > 0) out[key] = s / w;
   }
   out['valid/examples'] = total;
-  void model;
   return { metrics: out, items };
 }
 
@@ -181,7 +179,7 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
   };
   const runValidation = async (step: number): Promise<void> => {
     if (!validSet) return;
-    const v = await validate(model, tokenizer, deps, validSet.examples, reward, cfg, step);
+    const v = await validate(tokenizer, deps, validSet.examples, reward, cfg, step);
     validation.push(v.metrics);
     log.append({ step, phase: 'valid', time: (Date.now() - started) / 1000, metrics: v.metrics });
     progress.message(`valid step ${step} | reward ${v.metrics['reward/mean']?.toFixed(3)} | acc ${v.metrics['acc/mean']?.toFixed(3)} | tool calls ${v.metrics['tools/calls_per_traj']?.toFixed(2)}`);

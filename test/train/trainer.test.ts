@@ -55,11 +55,11 @@ describe('trainer', () => {
     // data.systemPrompt replaces the row's system message ('' drops it).
     const noSystem = encodeConversation(row, tok, eos, 'row 1', '');
     const userOnly = tok.applyChatTemplate(row.messages.slice(1, 2), { addGenerationPrompt: true }).ids;
-    expect(Array.from(noSystem.tokens.subarray(0, userOnly.length))).toEqual(Array.from(userOnly));
+    expect(Array.from(noSystem.tokens).slice(0, userOnly.length)).toEqual(Array.from(userOnly));
     expect(noSystem.tokens.length).toBe(seq.tokens.length - prompt.length + userOnly.length);
     const other = encodeConversation(row, tok, eos, 'row 1', 'Be brief.');
     const otherPrompt = tok.applyChatTemplate([{ role: 'system', content: 'Be brief.' }, row.messages[1]!], { addGenerationPrompt: true }).ids;
-    expect(Array.from(other.tokens.subarray(0, otherPrompt.length))).toEqual(Array.from(otherPrompt));
+    expect(Array.from(other.tokens).slice(0, otherPrompt.length)).toEqual(Array.from(otherPrompt));
     // The flat-text form splits into the same segments.
     expect(splitToolResults(row.messages[2]!.content).map((s) => s.type)).toEqual(segs.map((s) => s.type));
     expect(() => encodeConversation({ messages: [{ role: 'user', content: 'x' }, { role: 'user', content: 'y' }] }, tok, eos, 'row 9')).toThrow(/row 9: the last message must be the assistant's/);
