@@ -83,7 +83,7 @@ export function demoRunConfig(envDir: string, modelDir: string, runDir: string, 
     optim: { lr: 2e-4, weightDecay: 0, warmupSteps: 0, schedule: 'constant', maxGradNorm: 1 },
     sft: { epochs: quick ? 2 : 24, batchSequences: 16, lr: 3e-3 },
     train: {
-      steps: steps ?? (quick ? 3 : 30),
+      steps: steps ?? (quick ? 3 : 20),
       batchPrompts: quick ? 4 : 8,
       miniBatchPrompts: quick ? 4 : 8,
       ppoEpochs: 1,

@@ -82,7 +82,7 @@ export function buildProgram(): Command {
     .description('the embedded demo: a synthetic world, SFT of a tiny model, then ARPO RL that improves held-out accuracy (no downloads)')
     .option('-o, --out <dir>', 'output directory', 'runs/demo')
     .option('--seed <n>', 'seed of the world, model and run', (v) => Number.parseInt(v, 10), 1)
-    .option('--steps <n>', 'RL steps (default 30; 3 with --quick)', (v) => Number.parseInt(v, 10))
+    .option('--steps <n>', 'RL steps (default 20; 3 with --quick)', (v) => Number.parseInt(v, 10))
     .option('--quick', 'a small, fast run (smoke test)')
     .action(async (opts: { out: string; seed: number; steps?: number; quick?: boolean }) => {
       const { runDemo } = require('./demo') as typeof import('./demo');
