@@ -1,0 +1,137 @@
+// One end-to-end training run of the bench, in its own process (so its peak
+// RSS is its own): `train()` on the demo world from the cached SFT checkpoint,
+// with rollout.mode arpo or trajectory (GRPO). Prints one JSON line: the
+// per-step metrics the trainer logged, the validations, and the training-step
+// cost measured around PolicyModel.trainStep.
+//
+//   ts-node --transpile-only bench/e2e-run.ts '<json E2ERunSpec>'
+import * as fs from 'fs';
+import * as path from 'path';
+import { demoRunConfig } from '../lib/cli/demo';
+import { PolicyModel, type TrainSequence } from '../lib/model/policy-model';
+import { evaluate } from '../lib/train/evaluate';
+import { readMetrics } from '../lib/train/metrics';
+import { train } from '../lib/train/trainer';
+
+export interface E2ERunSpec {
+  envDir: string;
+  modelDir: string;
+  runDir: string;
+  seed: number;
+  mode: 'arpo' | 'trajectory';
+  steps: number;
+  quick: boolean;
+}
+
+export interface TrainStepCost {
+  calls: number;
+  /** Tokens (prompt + response, all micro-batches) passed to trainStep. */
+  tokens: number;
+  seconds: number;
+  /** Largest RSS rise above the RSS at the call's start, sampled every 5 ms while the native step runs. */
+  peakExtraRssBytes: number;
+}
+
+export interface E2ERunResult {
+  spec: E2ERunSpec;
+  /** The settings both modes share (from the validated config). */
+  settings: { budget: number; initialSamples: number; batchPrompts: number; validExamples: number; toolCallLimit: number; maxResponseTokens: number };
+  train: Record<string, number>[];
+  valid: { step: number; metrics: Record<string, number> }[];
+  trainStep: TrainStepCost;
+  maxRssBytes: number;
+  wallSeconds: number;
+}
+
+/**
+ * Wraps PolicyModel.prototype.trainStep to count its tokens and time and to
+ * sample the process RSS while the step runs off the JS thread.
+ */
+function instrumentTrainStep(cost: TrainStepCost): void {
+  const original = PolicyModel.prototype.trainStep;
+  PolicyModel.prototype.trainStep = async function (this: PolicyModel, micro: ReadonlyArray<readonly TrainSequence[]>, options) {
+    const mode = options?.mode ?? 'policy';
+    if (mode !== 'policy') return original.call(this, micro, options);
+    const base = process.memoryUsage.rss();
+    let peak = base;
+    const timer = setInterval(() => (peak = Math.max(peak, process.memoryUsage.rss())), 5);
+    const t0 = process.hrtime.bigint();
+    try {
+      return await original.call(this, micro, options);
+    } finally {
+      clearInterval(timer);
+      peak = Math.max(peak, process.memoryUsage.rss());
+      cost.seconds += Number(process.hrtime.bigint() - t0) / 1e9;
+      cost.calls++;
+      for (const mb of micro) for (const s of mb) cost.tokens += s.tokens.length;
+      cost.peakExtraRssBytes = Math.max(cost.peakExtraRssBytes, peak - base);
+    }
+  };
+}
+
+/** VmHWM of this process (ru_maxrss would include the parent's peak, inherited across fork + exec). */
+function peakRssBytes(): number {
+  try {
+    const m = /VmHWM:\s+(\d+) kB/.exec(fs.readFileSync('/proc/self/status', 'utf8'));
+    if (m) return Number(m[1]) * 1024;
+  } catch {
+    /* not Linux */
+  }
+  return process.resourceUsage().maxRSS * 1024;
+}
+
+export async function runE2E(spec: E2ERunSpec): Promise<E2ERunResult> {
+  const cost: TrainStepCost = { calls: 0, tokens: 0, seconds: 0, peakExtraRssBytes: 0 };
+  instrumentTrainStep(cost);
+  fs.rmSync(spec.runDir, { recursive: true, force: true });
+  // Same prompts, seed, budget M and batch for both modes: only the rollout (and its preset) differ.
+  const cfg = demoRunConfig(spec.envDir, spec.modelDir, spec.runDir, spec.seed, spec.quick, spec.steps, {
+    algorithm: { name: spec.mode === 'arpo' ? 'arpo' : 'grpo' },
+    rollout: { mode: spec.mode },
+    // No step-0 validation: greedy decoding of the same checkpoint is the same for every run (the bench
+    // evaluates the checkpoint once); the trained model is evaluated below, after the last step.
+    train: { validateEvery: 0, checkpointEvery: 0 },
+  });
+  const t0 = Date.now();
+  const label = `${spec.mode === 'arpo' ? 'arpo' : 'grpo'} seed ${spec.seed}`;
+  await train(cfg, { report: false, progress: { write: (s: string) => process.stderr.write(`  [${label}] ${s.trimStart()}`) } });
+  const records = readMetrics(path.join(spec.runDir, 'metrics.jsonl'));
+  // Held-out evaluation of the final checkpoint: greedy, n = 1, the config's validation split and limit.
+  const ckpt = path.join(spec.runDir, 'checkpoints');
+  const finalModel = path.join(ckpt, fs.readFileSync(path.join(ckpt, 'latest'), 'utf8').trim(), 'model');
+  const heldOut = await evaluate(finalModel, cfg.data.valid!, cfg, { limit: cfg.data.validLimit, workDir: spec.runDir });
+  return {
+    spec,
+    settings: {
+      budget: cfg.rollout.budget,
+      initialSamples: cfg.rollout.initialSamples,
+      batchPrompts: cfg.train.batchPrompts,
+      validExamples: heldOut.metrics['valid/examples'] ?? 0,
+      toolCallLimit: cfg.rollout.toolCallLimit,
+      maxResponseTokens: cfg.rollout.maxResponseTokens,
+    },
+    train: records.filter((r) => r.phase === 'train').map((r) => r.metrics),
+    valid: [{ step: spec.steps, metrics: heldOut.metrics }],
+    trainStep: cost,
+    maxRssBytes: peakRssBytes(),
+    wallSeconds: (Date.now() - t0) / 1000,
+  };
+}
+
+if (require.main === module) {
+  const spec = JSON.parse(process.argv[2] ?? 'null') as E2ERunSpec | null;
+  if (!spec || typeof spec !== 'object') {
+    process.stderr.write("usage: ts-node --transpile-only bench/e2e-run.ts '{\"envDir\":...,\"modelDir\":...,\"runDir\":...,\"seed\":1,\"mode\":\"arpo\",\"steps\":2,\"quick\":true}'\n");
+    process.exit(2);
+  }
+  runE2E(spec).then(
+    (r) => {
+      process.stdout.write(`${JSON.stringify(r)}\n`);
+      process.exit(0);
+    },
+    (e: Error) => {
+      process.stderr.write(`e2e-run: ${e.stack ?? e.message}\n`);
+      process.exit(1);
+    },
+  );
+}
