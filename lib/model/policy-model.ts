@@ -6,7 +6,7 @@ import * as path from 'path';
 import { ArpoError, invalidArgument } from '../errors';
 import { loadNative } from '../native/loader';
 import { policyLossConfig, type PolicyLossKernelSettings } from '../native/kernels';
-import type { NativeModelAddon, NativeModelInstance, RawMicroBatch, RawModelConfig, RawOptimConfig } from '../native/types';
+import type { NativeModelAddon, NativeModelInstance, RawMicroBatch, RawModelConfig, RawOptimConfig, RawTrainMetrics } from '../native/types';
 import { checkInteger, checkNumber, checkOptions, toSeed } from '../native/validate';
 import { parseModelConfig, readModelConfig, writeCheckpointDir, type ModelConfig } from './checkpoint';
 import type { DecodeResult, GenerationEngine, SamplingOptions } from './types';
@@ -84,23 +84,8 @@ export interface TrainStepOptions {
   optimizer?: Partial<OptimizerSettings>;
 }
 
-/** Metrics of one optimiser step (verl's actor/* names in camelCase). */
-export interface TrainMetrics {
-  loss: number;
-  pgLoss: number;
-  pgClipfrac: number;
-  pgClipfracLower: number;
-  ppoKl: number;
-  entropy: number;
-  kl: number;
-  gradNorm: number;
-  lr: number;
-  tokens: number;
-  /** Optimiser steps done (after this one). */
-  step: number;
-  /** True when the gradient norm was not finite and no update was applied. */
-  skipped: boolean;
-}
+/** Metrics of one optimiser step (verl's actor/* names in camelCase), as the native step returns them. */
+export type TrainMetrics = RawTrainMetrics;
 
 export interface SequenceScores {
   /** Per sequence, aligned to its tokens: log p(token t | tokens < t); entry 0 is 0. */

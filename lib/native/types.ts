@@ -168,7 +168,9 @@ export interface RawTrainMetrics {
   gradNorm: number;
   lr: number;
   tokens: number;
+  /** Optimiser steps done (after this one). */
   step: number;
+  /** True when the gradient norm was not finite and no update was applied. */
   skipped: boolean;
 }
 export interface RawCacheStats {
