@@ -58,6 +58,19 @@ interface Row {
   created_at: string;
 }
 
+/** A stored row as the cached call it records. */
+function rowToCall(row: Row): CachedCall {
+  return {
+    tool: row.tool,
+    input: row.input,
+    text: row.text,
+    ok: row.ok !== 0,
+    ms: row.ms,
+    createdAt: row.created_at,
+    ...(row.meta !== null ? { meta: JSON.parse(row.meta) as Record<string, unknown> } : {}),
+  };
+}
+
 /**
  * The cache file. Writers in several processes are safe: SQLite's WAL mode
  * serialises them with its own locks (busy_timeout waits instead of failing),
@@ -104,15 +117,7 @@ export class ToolCallCache {
     this.live();
     const row = this.getStmt.get(tool, key);
     if (!row) return undefined;
-    return {
-      tool: row.tool,
-      input: row.input,
-      text: row.text,
-      ok: row.ok !== 0,
-      ms: row.ms,
-      createdAt: row.created_at,
-      ...(row.meta !== null ? { meta: JSON.parse(row.meta) as Record<string, unknown> } : {}),
-    };
+    return rowToCall(row);
   }
 
   /** Stores a call unless one with the same key exists; returns whether this call was stored. */
@@ -136,15 +141,7 @@ export class ToolCallCache {
   *entries(): IterableIterator<CachedCall> {
     const db = this.live();
     for (const row of db.prepare('SELECT tool, input, text, ok, meta, ms, created_at FROM tool_calls ORDER BY created_at').iterate() as IterableIterator<Row>) {
-      yield {
-        tool: row.tool,
-        input: row.input,
-        text: row.text,
-        ok: row.ok !== 0,
-        ms: row.ms,
-        createdAt: row.created_at,
-        ...(row.meta !== null ? { meta: JSON.parse(row.meta) as Record<string, unknown> } : {}),
-      };
+      yield rowToCall(row);
     }
   }
 
