@@ -3,10 +3,9 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { ArpoError } from '../errors';
-import { runnerExecutor, tokenizerText, type RolloutDeps } from '../rollout';
 import type { RunConfig } from './config';
 import type { StepMetrics } from './metrics';
-import { buildReward, buildTools, eosTokenIds, loadDataset, loadPolicy, PROTOCOL } from './setup';
+import { buildReward, buildTools, loadDataset, loadPolicy, rolloutDeps } from './setup';
 import { validate } from './trainer';
 
 export interface EvalResult {
@@ -23,13 +22,7 @@ export async function evaluate(modelDir: string, dataFile: string, cfg: RunConfi
   try {
     const reward = await buildReward(cfg);
     const data = await loadDataset(dataFile, cfg, options.limit ?? 0);
-    const deps: RolloutDeps = {
-      engine: model,
-      text: tokenizerText(tokenizer),
-      executeTool: runnerExecutor(tools.runner),
-      protocol: PROTOCOL,
-      eosTokenIds: eosTokenIds(tokenizer, modelDir),
-    };
+    const deps = rolloutDeps(model, tokenizer, tools.runner, modelDir);
     const { metrics, items } = await validate(tokenizer, deps, data.examples, reward, cfg, 0);
     const rows = items.map((i) => ({
       question: data.examples[i.group]?.question ?? '',

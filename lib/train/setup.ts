@@ -9,7 +9,7 @@ import { PolicyModel, type OptimizerSettings } from '../model/policy-model';
 import { Tokenizer } from '../model/tokenizer';
 import { getReward, loadRewardModule, type RewardFn, type RewardResult } from '../reward';
 import { DEFAULT_PROTOCOL, PythonTool, SearchIndex, SearchTool, ToolCallCache, ToolRunner } from '../tools';
-import type { RolloutSettings } from '../rollout';
+import { runnerExecutor, tokenizerText, type RolloutDeps, type RolloutSettings } from '../rollout';
 import type { RunConfig } from './config';
 
 /** Tokens that end a trajectory: the tokenizer's EOS plus the chat end-of-turn tokens it knows. */
@@ -135,3 +135,8 @@ export async function loadPolicy(dir: string, cfg: RunConfig): Promise<{ model: 
 }
 
 export const PROTOCOL = DEFAULT_PROTOCOL;
+
+/** What a rollout needs: the model as engine, the tokenizer as text, the tools, the protocol and EOS ids. */
+export function rolloutDeps(model: PolicyModel, tokenizer: Tokenizer, runner: ToolRunner, modelDir: string | null): RolloutDeps {
+  return { engine: model, text: tokenizerText(tokenizer), executeTool: runnerExecutor(runner), protocol: PROTOCOL, eosTokenIds: eosTokenIds(tokenizer, modelDir) };
+}

@@ -23,14 +23,14 @@ import { ArpoError } from '../errors';
 import { epochPermutation, type DatasetExample, type SamplerState } from '../data';
 import type { PolicyModel, TrainSequence, TrainStepOptions } from '../model/policy-model';
 import type { Tokenizer } from '../model/tokenizer';
-import { rollout, runnerExecutor, tokenizerText, type RolloutDeps } from '../rollout';
+import { rollout, type RolloutDeps } from '../rollout';
 import type { RewardFn } from '../reward';
 import { microBatches, rolloutStepMetrics, scoreAndAttribute, type ScoredTrajectory } from './batch';
 import { CheckpointManager } from './checkpoint';
 import type { RunConfig } from './config';
 import { MetricsLog, Progress, type StepMetrics } from './metrics';
 import { writeReport } from './report';
-import { buildReward, buildTools, eosTokenIds, loadDataset, loadPolicy, optimizerSettings, promptIds, PROTOCOL, rolloutSettings } from './setup';
+import { buildReward, buildTools, loadDataset, loadPolicy, optimizerSettings, promptIds, rolloutDeps, rolloutSettings } from './setup';
 
 export interface TrainOptions {
   /** Continue from the run directory's latest checkpoint. */
@@ -156,13 +156,7 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
   }
   const sampler = trainSet.sampler({ batchSize: cfg.train.batchPrompts, seed: cfg.train.seed, shuffle: cfg.data.shuffle });
   if (latest) sampler.restore(latest.state.dataCursor as SamplerState);
-  const deps: RolloutDeps = {
-    engine: model,
-    text: tokenizerText(tokenizer),
-    executeTool: runnerExecutor(tools.runner),
-    protocol: PROTOCOL,
-    eosTokenIds: eosTokenIds(tokenizer, cfg.model.path),
-  };
+  const deps = rolloutDeps(model, tokenizer, tools.runner, cfg.model.path);
   const log = new MetricsLog(runDir);
   const startStep = latest ? latest.state.step : 0;
   if (latest) log.truncateAfter(startStep);
