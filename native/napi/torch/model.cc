@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "torch/engine.h"
+#include "torch/fork_guard.h"
 #include "torch/model.h"
 #include "torch/safetensors.h"
 #include "torch/trainer.h"
@@ -54,6 +55,7 @@ class ModelTask : public Napi::AsyncWorker {
  protected:
   void Execute() override {
     try {
+      model::ComputeLock compute;  // no fork() while BLAS runs (torch/fork_guard.h)
       std::lock_guard<std::mutex> lock(state_->mu);
       if (!state_->model) throw std::runtime_error("the model was disposed");
       work_(*state_);
@@ -275,6 +277,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
   auto sync(Napi::Env env, F&& f) -> decltype(f(std::declval<ModelState&>())) {
     ModelState& s = live(env);
     try {
+      model::ComputeLock compute;
       std::lock_guard<std::mutex> lock(s.mu);
       if (!s.model) throw std::runtime_error("the model was disposed");
       return f(s);
@@ -558,7 +561,10 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
 
 }  // namespace
 
-void InitTorch(Napi::Env env, Napi::Object exports) { exports.Set("NativeModel", NativeModel::Define(env)); }
+void InitTorch(Napi::Env env, Napi::Object exports) {
+  model::install_fork_guard();
+  exports.Set("NativeModel", NativeModel::Define(env));
+}
 
 }  // namespace napi
 }  // namespace arpo
