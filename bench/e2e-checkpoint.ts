@@ -1,30 +1,29 @@
 // The fixed model checkpoint of the end-to-end bench: the demo world for a
-// seed, the demo's tiny model, SFT'd on the world's traces exactly as
-// `arpo demo` does (lib/cli/demo.ts), cached under bench/.cache/ so every run
-// (and every seed of the comparison) starts from the same weights.
+// seed, the demo's tiny model, pretrained and SFT'd on the world's traces by
+// the demo's own recipe (trainDemoModel in lib/cli/demo.ts), cached under
+// bench/.cache/ so every run (and every seed of the comparison) starts from
+// the same weights.
 import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as path from 'path';
-import { demoModelConfig, demoRunConfig } from '../lib/cli/demo';
-import { initModel } from '../lib/cli/init-model';
+import { demoModelConfig, demoPretrainSettings, demoRunConfig, trainDemoModel } from '../lib/cli/demo';
 import { buildDemoEnvironment, localPython, openDemoTools } from '../lib/envs';
-import { PolicyModel } from '../lib/model/policy-model';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { evaluate } from '../lib/train/evaluate';
-import { readSftData, runSft } from '../lib/train/sft';
 
 export interface DemoCheckpoint {
   dir: string;
   envDir: string;
   modelDir: string;
   worldSeed: number;
+  pretrain: { steps: number; firstLoss: number; lastLoss: number; seconds: number };
   sft: { epochs: number; traces: number; steps: number; firstLoss: number; lastLoss: number; seconds: number };
   /** Greedy evaluation of the SFT model on the held-out valid split (the tool-use check). */
   check: { examples: number; accuracy: number; reward: number; formatOk: number; toolCallsPerTrajectory: number };
 }
 
 /** Bump when the recipe below changes, so stale caches are rebuilt rather than reused. */
-const RECIPE = 2;
+const RECIPE = 3;
 
 /**
  * Returns the cached checkpoint for this world, model config and SFT recipe,
@@ -32,9 +31,10 @@ const RECIPE = 2;
  * and the cache key hashes its files with the model config and SFT settings,
  * so a change to the demo (lib/envs, lib/cli/demo.ts) never reuses a stale
  * checkpoint. The folder is complete only once checkpoint.json exists (written last).
- * sftEpochs null = the demo's own SFT recipe (demoRunConfig).
+ * sftEpochs null = the demo's own SFT recipe (demoRunConfig); quickPretrain
+ * = the demo's --quick pretraining (too short for the model to learn to copy).
  */
-export async function demoCheckpoint(o: { cacheDir: string; worldSeed: number; sftEpochs: number | null; traces: number; checkExamples: number; log: (s: string) => void }): Promise<DemoCheckpoint> {
+export async function demoCheckpoint(o: { cacheDir: string; worldSeed: number; sftEpochs: number | null; quickPretrain: boolean; traces: number; checkExamples: number; log: (s: string) => void }): Promise<DemoCheckpoint> {
   fs.mkdirSync(o.cacheDir, { recursive: true });
   const build = path.resolve(o.cacheDir, `world-build-${process.pid}`);
   fs.rmSync(build, { recursive: true, force: true });
@@ -58,10 +58,11 @@ export async function demoCheckpoint(o: { cacheDir: string; worldSeed: number; s
   const modelConfig = demoModelConfig(tokenizer.vocabSize, eos, tokenizer.bosTokenId ?? eos);
   const probe = demoRunConfig(envBuild, 'model', 'rl', o.worldSeed, false, 1, o.sftEpochs === null ? {} : { sft: { epochs: o.sftEpochs } });
   const hash = crypto.createHash('sha256');
-  hash.update(JSON.stringify({ RECIPE, modelConfig, sft: probe.sft, systemPrompt: probe.data.systemPrompt, optim: probe.optim, microBatchTokens: probe.train.microBatchTokens }));
+  const pretrain = demoPretrainSettings(o.quickPretrain);
+  hash.update(JSON.stringify({ RECIPE, modelConfig, pretrain, sft: probe.sft, systemPrompt: probe.data.systemPrompt, optim: probe.optim, microBatchTokens: probe.train.microBatchTokens }));
   for (const f of [env.files.corpus, env.files.train, env.files.valid, env.files.sft, env.files.tokenizer, env.files.tokenizerConfig]) hash.update(fs.readFileSync(f));
   const key = hash.digest('hex').slice(0, 12);
-  const dir = path.resolve(o.cacheDir, `demo-world${o.worldSeed}-sft${o.traces}x${probe.sft.epochs}-${key}`);
+  const dir = path.resolve(o.cacheDir, `demo-world${o.worldSeed}-pre${pretrain.steps}-sft${o.traces}x${probe.sft.epochs}-${key}`);
   const marker = path.join(dir, 'checkpoint.json');
   if (fs.existsSync(marker)) {
     fs.rmSync(build, { recursive: true, force: true });
@@ -77,26 +78,13 @@ export async function demoCheckpoint(o: { cacheDir: string; worldSeed: number; s
   const envDir = path.join(dir, 'env');
   fs.renameSync(envBuild, envDir);
   fs.rmSync(build, { recursive: true, force: true });
-  tokenizer = Tokenizer.fromDir(envDir);
   o.log(`[bench] e2e: demo world (seed ${o.worldSeed}) in ${envDir}`);
-  const initDir = path.join(dir, 'model-init');
-  await initModel({ config: modelConfig, out: initDir, seed: o.worldSeed, tokenizerDir: envDir });
   const modelDir = path.join(dir, 'model-sft');
   const cfg = demoRunConfig(envDir, modelDir, path.join(dir, 'rl'), o.worldSeed, false, 1, { ...(o.sftEpochs === null ? {} : { sft: { epochs: o.sftEpochs } }), data: { validLimit: o.checkExamples } });
-  o.log(`[bench] e2e: SFT of the demo model on ${env.traces.length} traces x ${cfg.sft.epochs} epochs (cached afterwards)`);
-  const t0 = Date.now();
-  const model = await PolicyModel.load(initDir, { threads: cfg.model.threads });
-  let sft;
-  try {
-    const data = readSftData(path.join(envDir, path.basename(env.files.sft)), tokenizer);
-    // One line every 25 steps: the child's full progress would drown the bench output.
-    const quiet = { write: (s: string): boolean => (/step \d*(00|25|50|75)\//.test(s) ? process.stderr.write(`  ${s.trimStart()}`) : true) };
-    sft = await runSft(model, data, cfg, dir, quiet);
-    await model.save(modelDir, { tokenizerDir: envDir, optimizer: false });
-  } finally {
-    model.dispose();
-  }
-  const seconds = (Date.now() - t0) / 1000;
+  o.log(`[bench] e2e: pretraining (${pretrain.steps} steps) and SFT of the demo model on ${env.traces.length} traces x ${cfg.sft.epochs} epochs (cached afterwards)`);
+  // One line every 100 steps: the full progress would drown the bench output.
+  const quiet = { write: (s: string): boolean => (/step \d*00\//.test(s) ? process.stderr.write(`  ${s.trimStart()}`) : true) };
+  const trained = await trainDemoModel({ envDir, sftFile: path.join(envDir, path.basename(env.files.sft)), traces: env.traces.length, out: dir, seed: o.worldSeed, cfg, pretrain, progress: quiet });
   const ev = await evaluate(modelDir, path.join(envDir, path.basename(env.files.valid)), cfg, { limit: o.checkExamples, workDir: dir });
   const m = ev.metrics;
   const result: DemoCheckpoint = {
@@ -104,7 +92,8 @@ export async function demoCheckpoint(o: { cacheDir: string; worldSeed: number; s
     envDir,
     modelDir,
     worldSeed: o.worldSeed,
-    sft: { epochs: cfg.sft.epochs, traces: env.traces.length, steps: sft.steps, firstLoss: sft.firstLoss, lastLoss: sft.lastLoss, seconds },
+    pretrain: { ...trained.pretrain },
+    sft: { epochs: cfg.sft.epochs, traces: env.traces.length, steps: trained.sft.steps, firstLoss: trained.sft.firstLoss, lastLoss: trained.sft.lastLoss, seconds: trained.seconds.sft },
     check: {
       examples: m['valid/examples'] ?? 0,
       accuracy: m['acc/mean'] ?? NaN,

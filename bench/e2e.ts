@@ -105,10 +105,12 @@ export async function runE2EBench(o: E2EOptions): Promise<E2EResult> {
   const checkpoint = await demoCheckpoint({
     cacheDir: o.cacheDir,
     worldSeed: 1,
-    traces: 400,
-    // Full: the demo's own SFT recipe (lib/cli/demo.ts). Quick: 4 epochs (~100 steps), enough for the
-    // tiny model to write tool calls; its learning rows are not meaningful (see the format-ok row).
+    traces: o.quick ? 400 : 800,
+    // Full: the demo's own recipe (lib/cli/demo.ts). Quick: the demo's --quick pretraining and 4 SFT
+    // epochs (~100 steps), enough for the tiny model to write tool calls but not to copy names and
+    // numbers; its learning rows are not meaningful (see the accuracy of the checkpoint).
     sftEpochs: o.quick ? 4 : null,
+    quickPretrain: o.quick,
     checkExamples: o.quick ? 16 : 48,
     log: o.log,
   });
@@ -181,7 +183,7 @@ export function e2eTables(r: E2EResult): string {
   const s = r.settings;
   const lines: string[] = [];
   lines.push(
-    `Demo world seed ${c.worldSeed}; model: the demo's Qwen3-layout decoder (hidden 128, 4 layers) after SFT on ${c.sft.traces} traces x ${c.sft.epochs} epochs ` +
+    `Demo world seed ${c.worldSeed}; model: the demo's Qwen3-layout decoder (hidden 128, 4 layers) after ${c.pretrain.steps} steps of copy / recall pretraining and SFT on ${c.sft.traces} traces x ${c.sft.epochs} epochs ` +
       `(${c.sft.steps} steps, loss ${num(c.sft.firstLoss, 2)} -> ${num(c.sft.lastLoss, 2)}). ` +
       `SFT checkpoint on ${c.check.examples} held-out questions (greedy): accuracy ${num(c.check.accuracy, 3)}, reward ${num(c.check.reward, 3)}, ` +
       `format ok ${num(c.check.formatOk, 2)}, tool calls / trajectory ${num(c.check.toolCallsPerTrajectory, 2)}${r.checkpointUsesTools ? ' (> 0.5: uses tools)' : ' (< 0.5: tool counts below are NOT meaningful)'}; ` +

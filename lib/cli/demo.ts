@@ -1,17 +1,20 @@
 // `arpo demo`: the embedded end-to-end run with nothing downloaded. Builds the
 // seeded demo world (corpus, questions, imperfect SFT traces, tokenizer),
-// creates a tiny model, cold-starts it with SFT, evaluates it on the held-out
-// test split, trains it with ARPO, evaluates again, and writes the report.
+// creates a tiny model, pretrains it on synthetic copy / recall sequences,
+// cold-starts it with SFT, evaluates it on the held-out test split, trains it
+// with ARPO, evaluates again, and writes the report.
 import * as fs from 'fs';
 import * as path from 'path';
-import { buildDemoEnvironment, localPython, openDemoTools } from '../envs';
+import { buildDemoEnvironment, localPython, openDemoTools, PretrainCurriculum } from '../envs';
 import { PolicyModel } from '../model/policy-model';
 import { Tokenizer } from '../model/tokenizer';
+import { invalidArgument } from '../errors';
 import { initModel } from './init-model';
 import { validateConfig, type RunConfig } from '../train/config';
 import { evaluate } from '../train/evaluate';
 import { writeReport } from '../train/report';
-import { readSftData, runSft } from '../train/sft';
+import { runPretrain, type PretrainSettings, type PretrainSummary } from '../train/pretrain';
+import { readSftData, runSft, type SftSummary } from '../train/sft';
 import { train } from '../train/trainer';
 
 export interface DemoOptions {
@@ -28,9 +31,10 @@ export interface DemoOptions {
 
 export interface DemoSummary {
   out: string;
+  pretrain: { steps: number; firstLoss: number; lastLoss: number };
   sft: { steps: number; firstLoss: number; lastLoss: number; testAccuracy: number; testReward: number; testToolCalls: number };
   rl: { steps: number; testAccuracy: number; testReward: number; testToolCalls: number };
-  seconds: { build: number; sft: number; rl: number; total: number };
+  seconds: { build: number; pretrain: number; sft: number; rl: number; total: number };
   report: string;
 }
 
@@ -59,6 +63,16 @@ export function demoModelConfig(vocabSize: number, eosId: number, bosId: number)
   };
 }
 
+/**
+ * Pretraining of the demo model (lib/envs/demo/pretrain.ts): induction forms
+ * after ~1,000 steps of copy sequences at this learning rate (copy loss falls
+ * from ln(vocab) ~7 to ~2 between steps 300 and 1,000, measured with
+ * tmp experiments noted on issue 7); without it the SFT model copies nothing.
+ */
+export function demoPretrainSettings(quick: boolean): PretrainSettings {
+  return { steps: quick ? 40 : 2000, batchSequences: 32, lr: 3e-3, warmupSteps: 30, weightDecay: 0.01 };
+}
+
 /** The RL configuration of the demo (ARPO on the demo world's tools and questions). */
 export function demoRunConfig(envDir: string, modelDir: string, runDir: string, seed: number, quick: boolean, steps: number | undefined, overrides: Record<string, unknown> = {}): RunConfig {
   const base = {
@@ -81,7 +95,7 @@ export function demoRunConfig(envDir: string, modelDir: string, runDir: string, 
     algorithm: { name: 'arpo', estimator: 'grpo', attribution: 'soft' },
     loss: { clipLow: 0.2, clipHigh: 0.28, aggregation: 'token-mean' },
     optim: { lr: 2e-4, weightDecay: 0, warmupSteps: 0, schedule: 'constant', maxGradNorm: 1 },
-    sft: { epochs: quick ? 2 : 24, batchSequences: 16, lr: 3e-3 },
+    sft: { epochs: quick ? 2 : 12, batchSequences: 16, lr: 1e-3 },
     train: {
       steps: steps ?? (quick ? 3 : 20),
       batchPrompts: quick ? 4 : 8,
@@ -107,6 +121,71 @@ function deepMerge(a: Record<string, unknown>, b: Record<string, unknown>): Reco
   return out;
 }
 
+export interface DemoModelRun {
+  initDir: string;
+  pretrainedDir: string;
+  /** cfg.model.path: the SFT checkpoint RL starts from. */
+  sftDir: string;
+  pretrain: PretrainSummary;
+  sft: SftSummary;
+  seconds: { pretrain: number; sft: number };
+}
+
+/**
+ * The demo's model recipe, shared by `arpo demo` and the end-to-end bench:
+ * the tiny decoder over the world's tokenizer (model-init/), pretrained on
+ * synthetic copy / recall sequences (model-pretrained/), then SFT'd from those
+ * weights with a fresh optimiser on the traces (cfg.model.path). Metrics go
+ * to <out>/pretrain-metrics.jsonl and <out>/sft-metrics.jsonl.
+ */
+export async function trainDemoModel(o: {
+  envDir: string;
+  sftFile: string;
+  traces: number;
+  out: string;
+  seed: number;
+  cfg: RunConfig;
+  pretrain: PretrainSettings;
+  progress?: { write(s: string): boolean; isTTY?: boolean };
+  say?: (s: string) => void;
+}): Promise<DemoModelRun> {
+  const say = o.say ?? (() => undefined);
+  const tokenizer = Tokenizer.fromDir(o.envDir);
+  const eos = tokenizer.eosTokenId ?? 0;
+  const initDir = path.join(o.out, 'model-init');
+  await initModel({ config: demoModelConfig(tokenizer.vocabSize, eos, tokenizer.bosTokenId ?? eos), out: initDir, seed: o.seed, tokenizerDir: o.envDir });
+  const pretrainedDir = path.join(o.out, 'model-pretrained');
+  const sftDir = o.cfg.model.path;
+  if (sftDir === null) throw invalidArgument('the SFT output directory', 'cfg.model.path', sftDir);
+  const t0 = Date.now();
+  say(`[demo] pretraining for ${o.pretrain.steps} steps on synthetic copy / recall sequences (no facts of the world)`);
+  let pretrain: PretrainSummary;
+  {
+    const model = await PolicyModel.load(initDir, { threads: o.cfg.model.threads });
+    try {
+      const curriculum = new PretrainCurriculum(tokenizer, o.seed);
+      pretrain = await runPretrain(model, (n) => curriculum.batch(n), o.pretrain, o.out, o.progress);
+      await model.save(pretrainedDir, { tokenizerDir: o.envDir, optimizer: false });
+    } finally {
+      model.dispose();
+    }
+  }
+  const t1 = Date.now();
+  say(`[demo] SFT on ${o.traces} traces (${o.cfg.sft.epochs} epochs)`);
+  let sft: SftSummary;
+  {
+    const model = await PolicyModel.load(pretrainedDir, { threads: o.cfg.model.threads });
+    try {
+      const data = readSftData(o.sftFile, tokenizer, { systemPrompt: o.cfg.data.systemPrompt });
+      sft = await runSft(model, data, o.cfg, o.out, o.progress);
+      await model.save(sftDir, { tokenizerDir: o.envDir, optimizer: false });
+    } finally {
+      model.dispose();
+    }
+  }
+  return { initDir, pretrainedDir, sftDir, pretrain, sft, seconds: { pretrain: (t1 - t0) / 1000, sft: (Date.now() - t1) / 1000 } };
+}
+
 export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   const out = path.resolve(options.out);
   const quick = options.quick === true;
@@ -121,7 +200,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   const env = await buildDemoEnvironment({
     seed: options.seed,
     dir: envDir,
-    sizes: quick ? { sft: 160, questions: { test: 40, valid: 40 } } : { sft: 400 },
+    sizes: quick ? { sft: 160, questions: { test: 40, valid: 40 } } : { sft: 800 },
     createRunTool: async ({ corpus }) => {
       tools = await openDemoTools(corpus);
       const search = tools.runTool;
@@ -132,33 +211,19 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   await tools?.close();
   const tBuild = Date.now();
 
-  // 2. A tiny model over the demo tokenizer.
-  const tokenizer = Tokenizer.fromDir(envDir);
-  const eos = tokenizer.eosTokenId ?? 0;
-  const initDir = path.join(out, 'model-init');
-  await initModel({ config: demoModelConfig(tokenizer.vocabSize, eos, tokenizer.bosTokenId ?? eos), out: initDir, seed: options.seed, tokenizerDir: envDir });
-
-  // 3. SFT cold start on the imperfect traces.
+  // 2-4. A tiny model over the demo tokenizer, pretrained on copy / recall sequences, SFT'd on the traces.
   const sftDir = path.join(out, 'model-sft');
   const rlRun = path.join(out, 'rl');
   const cfg = demoRunConfig(envDir, sftDir, rlRun, options.seed, quick, options.steps, options.overrides);
-  say(`[demo] SFT on ${env.traces.length} traces (${cfg.sft.epochs} epochs)`);
-  const model = await PolicyModel.load(initDir, { threads: cfg.model.threads });
-  let sftSummary;
-  try {
-    const data = readSftData(env.files.sft, tokenizer, { systemPrompt: cfg.data.systemPrompt });
-    sftSummary = await runSft(model, data, cfg, out, options.progress);
-    await model.save(sftDir, { tokenizerDir: envDir, optimizer: false });
-  } finally {
-    model.dispose();
-  }
+  const trained = await trainDemoModel({ envDir, sftFile: env.files.sft, traces: env.traces.length, out, seed: options.seed, cfg, pretrain: demoPretrainSettings(quick), progress: options.progress, say });
+  const tPretrain = tBuild + trained.seconds.pretrain * 1000;
   const tSft = Date.now();
   const testLimit = quick ? 24 : 0;
   say('[demo] evaluating the SFT model on the held-out test split');
   const sftEval = await evaluate(sftDir, env.files.test, cfg, { limit: testLimit, workDir: out, outFile: path.join(out, 'test-sft.jsonl') });
   say(`[demo] SFT test accuracy ${sftEval.metrics['acc/mean']?.toFixed(3)} | reward ${sftEval.metrics['reward/mean']?.toFixed(3)}`);
 
-  // 4. ARPO RL from the SFT checkpoint.
+  // 5. ARPO RL from the SFT checkpoint.
   say(`[demo] ARPO RL for ${cfg.train.steps} steps`);
   const summary = await train(cfg, { progress: options.progress, report: false });
   const rlModel = path.join(rlRun, 'checkpoints', fs.readFileSync(path.join(rlRun, 'checkpoints', 'latest'), 'utf8').trim(), 'model');
@@ -168,8 +233,9 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   const report = await writeReport([rlRun], path.join(out, 'report.html'));
   const result: DemoSummary = {
     out,
+    pretrain: { steps: trained.pretrain.steps, firstLoss: trained.pretrain.firstLoss, lastLoss: trained.pretrain.lastLoss },
     sft: {
-      ...sftSummary,
+      ...trained.sft,
       testAccuracy: sftEval.metrics['acc/mean'] ?? NaN,
       testReward: sftEval.metrics['reward/mean'] ?? NaN,
       testToolCalls: sftEval.metrics['tools/calls_per_traj'] ?? NaN,
@@ -180,7 +246,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       testReward: rlEval.metrics['reward/mean'] ?? NaN,
       testToolCalls: rlEval.metrics['tools/calls_per_traj'] ?? NaN,
     },
-    seconds: { build: (tBuild - t0) / 1000, sft: (tSft - tBuild) / 1000, rl: (tRl - tSft) / 1000, total: (Date.now() - t0) / 1000 },
+    seconds: { build: (tBuild - t0) / 1000, pretrain: (tPretrain - tBuild) / 1000, sft: (tSft - tPretrain) / 1000, rl: (tRl - tSft) / 1000, total: (Date.now() - t0) / 1000 },
     report,
   };
   fs.writeFileSync(path.join(out, 'summary.json'), `${JSON.stringify(result, null, 2)}\n`);
@@ -193,7 +259,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       `| SFT + ARPO (${result.rl.steps} steps) | ${result.rl.testAccuracy.toFixed(3)} | ${result.rl.testReward.toFixed(3)} | ${result.rl.testToolCalls.toFixed(2)} |`,
       '',
       `report: ${report}`,
-      `wall time: ${result.seconds.total.toFixed(0)} s (build ${result.seconds.build.toFixed(0)}, SFT ${result.seconds.sft.toFixed(0)}, RL ${result.seconds.rl.toFixed(0)})`,
+      `wall time: ${result.seconds.total.toFixed(0)} s (build ${result.seconds.build.toFixed(0)}, pretraining ${result.seconds.pretrain.toFixed(0)}, SFT ${result.seconds.sft.toFixed(0)}, RL ${result.seconds.rl.toFixed(0)})`,
     ].join('\n'),
   );
   return result;

@@ -10,6 +10,8 @@ export {
   localSearch,
   localPython,
   openDemoTools,
+  PretrainCurriculum,
+  PRETRAIN_TASKS,
 } from './demo';
 export type {
   BuildDemoOptions,
@@ -29,4 +31,6 @@ export type {
   World,
   Entity,
   Split,
+  PretrainSequence,
+  PretrainTask,
 } from './demo';

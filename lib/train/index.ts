@@ -5,6 +5,8 @@ export { train, validate, configHash, stepSeed } from './trainer';
 export type { TrainOptions, TrainSummary } from './trainer';
 export { runSft, readSftData, encodeConversation, splitToolResults } from './sft';
 export type { SftSegment, SftSummary } from './sft';
+export { runPretrain } from './pretrain';
+export type { PretrainSettings, PretrainSummary } from './pretrain';
 export { evaluate } from './evaluate';
 export type { EvalResult } from './evaluate';
 export { scoreAndAttribute, microBatches, rolloutStepMetrics, responseText } from './batch';

@@ -88,7 +88,7 @@ export interface World {
 // Every syllable starts with a consonant, and no syllable ends with a letter that starts a
 // consonant cluster of another (b, d, q, t, w): then the tokenizer's syllable merges can never
 // straddle a syllable boundary (see syllableMerges in tokenizer.ts).
-const SYLLABLES = [
+export const SYLLABLES: readonly string[] = [
   'vel', 'mor', 'qua', 'tar', 'ka', 'resh', 'lo', 'den', 'sa', 'vi', 'ren', 'tho', 'bra', 'nel', 'dor', 'mi',
   'zan', 'ko', 'lum', 'fen', 'gar', 'ri', 'su', 'tam', 'bel', 'cor', 'dru', 'fal', 'hal', 'jor', 'lin', 'mar',
   'nos', 'pel', 'quo', 'ros', 'sel', 'tin', 'vos', 'wyn', 'yar', 'zel', 'bri', 'cal', 'dez', 'nir', 'gol', 'kel',

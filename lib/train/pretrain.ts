@@ -1,0 +1,67 @@
+// Pretraining on a stream of synthetic sequences (the demo's copy / recall
+// curriculum, lib/envs/demo/pretrain.ts): masked token cross-entropy like
+// SFT, but each step draws fresh sequences, so there are steps, not epochs.
+import { invalidArgument } from '../errors';
+import type { PolicyModel, TrainSequence } from '../model/policy-model';
+import { MetricsLog, Progress, type StepMetrics } from './metrics';
+
+export interface PretrainSettings {
+  /** Optimiser steps. */
+  steps: number;
+  /** Sequences per step. */
+  batchSequences: number;
+  /** Peak learning rate (AdamW), reached after warmupSteps of linear warmup, then constant. */
+  lr: number;
+  warmupSteps: number;
+  weightDecay: number;
+}
+
+export interface PretrainSummary {
+  steps: number;
+  /** Mean loss of the first and of the last 50 steps (single steps are noisy). */
+  firstLoss: number;
+  lastLoss: number;
+  seconds: number;
+}
+
+const WINDOW = 50;
+
+/**
+ * Trains `model` in place for settings.steps steps on `next(batchSequences)`;
+ * logs `phase: 'pretrain'` metrics into <runDir>/pretrain-metrics.jsonl and a
+ * progress line every 50 steps.
+ */
+export async function runPretrain(
+  model: PolicyModel,
+  next: (size: number) => readonly TrainSequence[],
+  settings: PretrainSettings,
+  runDir: string,
+  progressOut: { write(s: string): boolean; isTTY?: boolean } = process.stderr,
+): Promise<PretrainSummary> {
+  for (const k of ['steps', 'batchSequences', 'warmupSteps'] as const) {
+    if (!Number.isInteger(settings[k]) || settings[k] < (k === 'warmupSteps' ? 0 : 1)) throw invalidArgument(k === 'warmupSteps' ? 'a non-negative integer' : 'a positive integer', `pretrain.${k}`, settings[k]);
+  }
+  if (!(settings.lr > 0) || !Number.isFinite(settings.lr)) throw invalidArgument('a positive number', 'pretrain.lr', settings.lr);
+  if (!(settings.weightDecay >= 0) || !Number.isFinite(settings.weightDecay)) throw invalidArgument('a non-negative number', 'pretrain.weightDecay', settings.weightDecay);
+  const log = new MetricsLog(runDir, 'pretrain-metrics.jsonl');
+  const progress = new Progress(settings.steps, progressOut, 'pretrain');
+  const started = Date.now();
+  const losses: number[] = [];
+  for (let step = 1; step <= settings.steps; step++) {
+    const m = await model.trainStep([next(settings.batchSequences)], {
+      mode: 'sft',
+      optimizer: { lr: settings.lr, warmupSteps: settings.warmupSteps, weightDecay: settings.weightDecay, schedule: 'constant', maxGradNorm: 1 },
+    });
+    losses.push(m.loss);
+    const metrics: StepMetrics = { 'pretrain/loss': m.loss, 'actor/loss': m.loss, 'actor/grad_norm': m.gradNorm, 'actor/lr': m.lr, 'pretrain/tokens': m.tokens };
+    log.append({ step, phase: 'pretrain', time: (Date.now() - started) / 1000, metrics });
+    if (step % WINDOW === 0 || step === settings.steps) progress.step(step, metrics);
+  }
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  return {
+    steps: settings.steps,
+    firstLoss: mean(losses.slice(0, WINDOW)),
+    lastLoss: mean(losses.slice(-WINDOW)),
+    seconds: (Date.now() - started) / 1000,
+  };
+}
