@@ -97,7 +97,7 @@ export function demoRunConfig(envDir: string, modelDir: string, runDir: string, 
     optim: { lr: 2e-4, weightDecay: 0, warmupSteps: 0, schedule: 'constant', maxGradNorm: 1 },
     sft: { epochs: quick ? 2 : 12, batchSequences: 16, lr: 1e-3 },
     train: {
-      steps: steps ?? (quick ? 3 : 20),
+      steps: steps ?? (quick ? 3 : 40),
       batchPrompts: quick ? 4 : 8,
       miniBatchPrompts: quick ? 4 : 8,
       ppoEpochs: 1,
