@@ -129,20 +129,22 @@ async function main(): Promise<void> {
 
   fs.mkdirSync(opts.out, { recursive: true });
   const stamp = env.date!.replace(/[:.]/g, '-');
-  const base = `bench-${opts.quick ? 'quick-' : ''}${stamp}`;
+  // A partial run (--only) gets its own latest file, so it never replaces a full report's other part.
+  const variant = `${opts.quick ? '-quick' : ''}${opts.only ? `-${opts.only}` : ''}`;
+  const base = `bench${variant}-${stamp}`;
   const json = JSON.stringify({ environment: env, options: opts, kernels, e2e: e2e && { ...e2e, raw: e2e.raw.map((r) => ({ spec: r.spec, train: r.train, valid: r.valid, trainStep: r.trainStep, maxRssBytes: r.maxRssBytes, wallSeconds: r.wallSeconds })) }, targets }, null, 2);
   // Written under a .tmp name and renamed, so a killed run never leaves half a result.
   for (const [name, text] of [
     [`${base}.md`, markdown],
     [`${base}.json`, json],
-    [`latest${opts.quick ? '-quick' : ''}.md`, markdown],
-    [`latest${opts.quick ? '-quick' : ''}.json`, json],
+    [`latest${variant}.md`, markdown],
+    [`latest${variant}.json`, json],
   ] as const) {
     const file = path.join(opts.out, name);
     fs.writeFileSync(`${file}.tmp`, text);
     fs.renameSync(`${file}.tmp`, file);
   }
-  log(`[bench] written ${path.join(opts.out, `${base}.md`)} and .json (also latest${opts.quick ? '-quick' : ''}.md/.json)`);
+  log(`[bench] written ${path.join(opts.out, `${base}.md`)} and .json (also latest${variant}.md/.json)`);
 }
 
 main().catch((e: Error) => {
