@@ -157,32 +157,25 @@ export async function trainDemoModel(o: {
   const pretrainedDir = path.join(o.out, 'model-pretrained');
   const sftDir = o.cfg.model.path;
   if (sftDir === null) throw invalidArgument('the SFT output directory', 'cfg.model.path', sftDir);
+  // Each stage loads its starting weights (a fresh optimiser), trains them in place and saves them.
+  const stage = async <T>(from: string, to: string, fn: (model: PolicyModel) => Promise<T>): Promise<T> => {
+    const model = await PolicyModel.load(from, { threads: o.cfg.model.threads });
+    try {
+      const result = await fn(model);
+      await model.save(to, { tokenizerDir: o.envDir, optimizer: false });
+      return result;
+    } finally {
+      model.dispose();
+    }
+  };
   const t0 = Date.now();
   say(`[demo] pretraining for ${o.pretrain.steps} steps on synthetic copy / recall sequences (no facts of the world)`);
-  let pretrain: PretrainSummary;
-  {
-    const model = await PolicyModel.load(initDir, { threads: o.cfg.model.threads });
-    try {
-      const curriculum = new PretrainCurriculum(tokenizer, o.seed);
-      pretrain = await runPretrain(model, (n) => curriculum.batch(n), o.pretrain, o.out, o.progress);
-      await model.save(pretrainedDir, { tokenizerDir: o.envDir, optimizer: false });
-    } finally {
-      model.dispose();
-    }
-  }
+  const curriculum = new PretrainCurriculum(tokenizer, o.seed);
+  const pretrain = await stage(initDir, pretrainedDir, (model) => runPretrain(model, (n) => curriculum.batch(n), o.pretrain, o.out, o.progress));
   const t1 = Date.now();
   say(`[demo] SFT on ${o.traces} traces (${o.cfg.sft.epochs} epochs)`);
-  let sft: SftSummary;
-  {
-    const model = await PolicyModel.load(pretrainedDir, { threads: o.cfg.model.threads });
-    try {
-      const data = readSftData(o.sftFile, tokenizer, { systemPrompt: o.cfg.data.systemPrompt });
-      sft = await runSft(model, data, o.cfg, o.out, o.progress);
-      await model.save(sftDir, { tokenizerDir: o.envDir, optimizer: false });
-    } finally {
-      model.dispose();
-    }
-  }
+  const data = readSftData(o.sftFile, tokenizer, { systemPrompt: o.cfg.data.systemPrompt });
+  const sft = await stage(pretrainedDir, sftDir, (model) => runSft(model, data, o.cfg, o.out, o.progress));
   return { initDir, pretrainedDir, sftDir, pretrain, sft, seconds: { pretrain: (t1 - t0) / 1000, sft: (Date.now() - t1) / 1000 } };
 }
 
@@ -216,7 +209,6 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   const rlRun = path.join(out, 'rl');
   const cfg = demoRunConfig(envDir, sftDir, rlRun, options.seed, quick, options.steps, options.overrides);
   const trained = await trainDemoModel({ envDir, sftFile: env.files.sft, traces: env.traces.length, out, seed: options.seed, cfg, pretrain: demoPretrainSettings(quick), progress: options.progress, say });
-  const tPretrain = tBuild + trained.seconds.pretrain * 1000;
   const tSft = Date.now();
   const testLimit = quick ? 24 : 0;
   say('[demo] evaluating the SFT model on the held-out test split');
@@ -246,7 +238,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       testReward: rlEval.metrics['reward/mean'] ?? NaN,
       testToolCalls: rlEval.metrics['tools/calls_per_traj'] ?? NaN,
     },
-    seconds: { build: (tBuild - t0) / 1000, pretrain: (tPretrain - tBuild) / 1000, sft: (tSft - tPretrain) / 1000, rl: (tRl - tSft) / 1000, total: (Date.now() - t0) / 1000 },
+    seconds: { build: (tBuild - t0) / 1000, pretrain: trained.seconds.pretrain, sft: trained.seconds.sft, rl: (tRl - tSft) / 1000, total: (Date.now() - t0) / 1000 },
     report,
   };
   fs.writeFileSync(path.join(out, 'summary.json'), `${JSON.stringify(result, null, 2)}\n`);
