@@ -56,21 +56,9 @@ export interface TrainSequence {
 export type Schedule = 'constant' | 'linear' | 'cosine';
 const SCHEDULES: readonly Schedule[] = ['constant', 'linear', 'cosine'];
 
-export interface OptimizerSettings {
-  lr: number;
-  beta1: number;
-  beta2: number;
-  eps: number;
-  /** Decoupled weight decay (AdamW), on every parameter. */
-  weightDecay: number;
-  /** Global L2 gradient-norm clip; 0 disables it. */
-  maxGradNorm: number;
-  warmupSteps: number;
-  /** Steps of the linear / cosine decay horizon. */
-  totalSteps: number;
+/** AdamW and schedule settings: the native step's fields (lib/native/types.ts RawOptimConfig), with the schedule by name. */
+export interface OptimizerSettings extends Omit<RawOptimConfig, 'schedule'> {
   schedule: Schedule;
-  /** Decay floor as a fraction of lr. */
-  minLrRatio: number;
 }
 const DEFAULT_OPTIMIZER: OptimizerSettings = {
   lr: 1e-6, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.01, maxGradNorm: 1, warmupSteps: 0, totalSteps: 0,

@@ -149,12 +149,16 @@ export interface RawOptimConfig {
   beta1: number;
   beta2: number;
   eps: number;
+  /** Decoupled weight decay (AdamW), on every parameter. */
   weightDecay: number;
+  /** Global L2 gradient-norm clip; 0 disables it. */
   maxGradNorm: number;
   warmupSteps: number;
+  /** Steps of the linear / cosine decay horizon. */
   totalSteps: number;
   /** 0 constant, 1 linear, 2 cosine */
   schedule: number;
+  /** Decay floor as a fraction of lr. */
   minLrRatio: number;
 }
 export interface RawTrainMetrics {
