@@ -100,9 +100,10 @@ async function runOne(o: E2EOptions, spec: E2ERunSpec): Promise<E2ERunResult> {
   return lastJson<E2ERunResult>(r.stdout, `e2e run ${spec.mode} seed ${spec.seed}`);
 }
 
-export async function runE2EBench(o: E2EOptions): Promise<E2EResult> {
+/** The bench's SFT checkpoint (cached): the e2e comparison and the packing bench start from it. */
+export function benchCheckpoint(o: { quick: boolean; cacheDir: string; log: (line: string) => void }): Promise<DemoCheckpoint> {
   // One checkpoint for every seed: the seeds vary data order, sampling and branching, not the weights.
-  const checkpoint = await demoCheckpoint({
+  return demoCheckpoint({
     cacheDir: o.cacheDir,
     worldSeed: 1,
     traces: o.quick ? 400 : 800,
@@ -114,6 +115,10 @@ export async function runE2EBench(o: E2EOptions): Promise<E2EResult> {
     checkExamples: o.quick ? 16 : 48,
     log: o.log,
   });
+}
+
+export async function runE2EBench(o: E2EOptions): Promise<E2EResult> {
+  const checkpoint = await benchCheckpoint(o);
   const usesTools = checkpoint.check.toolCallsPerTrajectory > 0.5;
   o.log(
     `[bench] e2e: SFT checkpoint on ${checkpoint.check.examples} held-out questions: accuracy ${num(checkpoint.check.accuracy, 3)}, ` +

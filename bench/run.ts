@@ -3,7 +3,7 @@
 // on the demo world. Prints one markdown report and writes it, with the JSON of
 // every number, to bench/results/.
 //
-//   npm run bench [-- --quick] [--only kernels|e2e] [--seeds 1,2,3] [--steps N] [--out DIR]
+//   npm run bench [-- --quick] [--only kernels|e2e|packing] [--seeds 1,2,3] [--steps N] [--out DIR]
 //
 // --quick: fewer shapes and reps, one SFT checkpoint with fewer epochs, 2 seeds x 2 steps (< 5 min
 // on 2 cores once the addon is built). Caches (SFT checkpoint, a kernels_bench build) live in
@@ -14,7 +14,8 @@ import * as os from 'os';
 import * as path from 'path';
 import { Command, InvalidArgumentError } from 'commander';
 import { hasTorch } from '../lib/native';
-import { e2eTables, runE2EBench, type E2EResult } from './e2e';
+import { benchCheckpoint, e2eTables, runE2EBench, type E2EResult } from './e2e';
+import { packingTables, runPackingBench, type PackingResult } from './packing';
 import { kernelTables, runKernelBench, type KernelBenchResult, type Target } from './kernels';
 import { table } from './summary';
 
@@ -72,15 +73,15 @@ async function main(): Promise<void> {
   const program = new Command('bench')
     .description('arpo benchmarks: kernels vs libtorch, ARPO vs trajectory-level GRPO end to end')
     .option('--quick', 'fewer shapes, reps, seeds and steps (< 5 minutes)', false)
-    .option('--only <part>', 'kernels or e2e (default: both)')
+    .option('--only <part>', 'kernels, e2e or packing (default: all)')
     .option('--seeds <list>', 'e2e seeds, comma-separated (default: 1,2 quick, 1,2,3 full)', seedList)
     .option('--steps <n>', 'e2e training steps per run (default: 2 quick, 8 full)', positiveInt('--steps'))
     .option('--out <dir>', 'results folder', path.join(root, 'bench', 'results'))
     .allowExcessArguments(false);
   program.parse(process.argv);
   const opts = program.opts<{ quick: boolean; only?: string; seeds?: number[]; steps?: number; out: string }>();
-  if (opts.only !== undefined && opts.only !== 'kernels' && opts.only !== 'e2e') {
-    throw new InvalidArgumentError(`Expected kernels or e2e for --only but received ${JSON.stringify(opts.only)}`);
+  if (opts.only !== undefined && opts.only !== 'kernels' && opts.only !== 'e2e' && opts.only !== 'packing') {
+    throw new InvalidArgumentError(`Expected kernels, e2e or packing for --only but received ${JSON.stringify(opts.only)}`);
   }
   const argv = process.argv.slice(2);
   const env = environment(argv);
@@ -94,13 +95,25 @@ async function main(): Promise<void> {
   const targets: Target[] = [];
   let kernels: KernelBenchResult | undefined;
   let e2e: E2EResult | undefined;
+  let packing: PackingResult | undefined;
+  const wants = (part: string): boolean => opts.only === undefined || opts.only === part;
 
-  if (opts.only !== 'e2e') {
+  if (wants('kernels')) {
     kernels = await runKernelBench({ quick: opts.quick, root, cacheDir, log });
     targets.push(...kernels.targets);
     sections.push(`## Kernels (CPU, single-threaded unless noted; libtorch ${kernels.torchVersion ?? 'n/a'})`, kernelTables(kernels));
   }
-  if (opts.only !== 'kernels') {
+  if (wants('packing')) {
+    if (!hasTorch()) {
+      sections.push('## Tree-packed training\n\n_skipped: the loaded addon has no libtorch model layer_');
+    } else {
+      const ckpt = await benchCheckpoint({ quick: opts.quick, cacheDir, log });
+      packing = await runPackingBench({ quick: opts.quick, root, envDir: ckpt.envDir, modelDir: ckpt.modelDir, seed: 1, log });
+      targets.push(...packing.targets);
+      sections.push('## Tree-packed training: packing tree vs flat on the e2e trees (issue 13)', packingTables(packing));
+    }
+  }
+  if (wants('e2e')) {
     if (!hasTorch()) {
       sections.push('## End to end\n\n_skipped: the loaded addon has no libtorch model layer (build the full addon: npm run build:native)_');
     } else {
@@ -122,7 +135,7 @@ async function main(): Promise<void> {
       sections.push('## End to end: ARPO vs trajectory-level GRPO on the demo world', e2eTables(e2e));
     }
   }
-  sections.push('## Targets (issue 8)', targetTable(targets));
+  sections.push('## Targets', targetTable(targets));
   sections.push(`_total wall time ${((Date.now() - started) / 1000).toFixed(0)} s_`);
   const markdown = `${sections.join('\n\n')}\n`;
   process.stdout.write(`\n${markdown}`);
@@ -132,7 +145,7 @@ async function main(): Promise<void> {
   // A partial run (--only) gets its own latest file, so it never replaces a full report's other part.
   const variant = `${opts.quick ? '-quick' : ''}${opts.only ? `-${opts.only}` : ''}`;
   const base = `bench${variant}-${stamp}`;
-  const json = JSON.stringify({ environment: env, options: opts, kernels, e2e: e2e && { ...e2e, raw: e2e.raw.map((r) => ({ spec: r.spec, train: r.train, valid: r.valid, trainStep: r.trainStep, maxRssBytes: r.maxRssBytes, wallSeconds: r.wallSeconds })) }, targets }, null, 2);
+  const json = JSON.stringify({ environment: env, options: opts, kernels, packing, e2e: e2e && { ...e2e, raw: e2e.raw.map((r) => ({ spec: r.spec, train: r.train, valid: r.valid, trainStep: r.trainStep, maxRssBytes: r.maxRssBytes, wallSeconds: r.wallSeconds })) }, targets }, null, 2);
   // Written under a .tmp name and renamed, so a killed run never leaves half a result.
   for (const [name, text] of [
     [`${base}.md`, markdown],

@@ -6,7 +6,7 @@ import * as path from 'path';
 import { ArpoError, invalidArgument } from '../errors';
 import { loadNative } from '../native/loader';
 import { policyLossConfig, type PolicyLossKernelSettings } from '../native/kernels';
-import type { NativeModelAddon, NativeModelInstance, RawMicroBatch, RawModelConfig, RawOptimConfig, RawTrainMetrics } from '../native/types';
+import type { NativeModelAddon, NativeModelInstance, RawMicroBatch, RawModelConfig, RawOptimConfig, RawTrainMetrics, RawTreeMicroBatch } from '../native/types';
 import { checkInteger, checkNumber, checkOptions, toSeed } from '../native/validate';
 import { parseModelConfig, readModelConfig, writeCheckpointDir, type ModelConfig } from './checkpoint';
 import type { DecodeResult, GenerationEngine, SamplingOptions } from './types';
@@ -51,6 +51,47 @@ export interface TrainSequence {
   advantages?: ArrayLike<number>;
   /** Reference-policy log-probabilities; when absent and klCoef != 0 the frozen reference computes them. */
   refLogprobs?: ArrayLike<number>;
+}
+
+/**
+ * A forest of packed rollout trees: nodes in topological order (parent[k] is
+ * -1 or an earlier node), node k owns the next nodeTokens[k] tokens; a token
+ * sees its ancestors' tokens and the earlier ones of its node, at its
+ * position along its root-to-leaf path (lib/train/tree-batch.ts builds them).
+ */
+export interface PackedForest {
+  tokens: Int32Array | readonly number[];
+  parent: Int32Array | readonly number[];
+  nodeTokens: Int32Array | readonly number[];
+}
+
+/**
+ * One micro-batch of packed trees for the policy loss; per-token arrays are
+ * aligned to `tokens` (entry i: token i as predicted from the tokens before
+ * it on its path). The copy sums are over the flattened copies i of each
+ * token, before the aggregation's denominator: advPos = Σ_{A>0} w·A,
+ * advNeg = Σ_{A<0} w·A, weight = Σ w, and the mask-weighted copy counts by
+ * sign (w = mask, times 1/length for seq-mean-token-mean). All 0: context.
+ */
+export interface TrainTreeBatch extends PackedForest {
+  oldLogprobs: ArrayLike<number>;
+  /** When absent and klCoef != 0 the frozen reference computes them. */
+  refLogprobs?: ArrayLike<number>;
+  advPos: ArrayLike<number>;
+  advNeg: ArrayLike<number>;
+  weight: ArrayLike<number>;
+  countPos: ArrayLike<number>;
+  countNeg: ArrayLike<number>;
+  count: ArrayLike<number>;
+  /** Trajectories whose loss terms this micro-batch carries (seq-mean denominators). */
+  sequences: number;
+}
+
+export interface TrainTreeStepOptions {
+  loss?: Partial<PolicyLossKernelSettings>;
+  optimizer?: Partial<OptimizerSettings>;
+  /** LM-head rows per chunk of the fused head + loss (0: ~64 MiB of float32 logits). */
+  chunkRows?: number;
 }
 
 export type Schedule = 'constant' | 'linear' | 'cosine';
@@ -163,6 +204,22 @@ function tokenArray(value: unknown, name: string, vocab: number, allowEmpty = fa
     const t = arr[i];
     if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t >= vocab) throw invalidArgument(`a token id in [0, ${vocab})`, `${name}[${i}]`, t);
     out[i] = t;
+  }
+  return out;
+}
+
+/** Finite numbers (>= 0, or <= 0 with sign -1) as a Float64Array of `length`. */
+function doubleArray(value: unknown, name: string, length: number, sign: 1 | -1 | 0 = 0): Float64Array {
+  if (value === null || typeof value !== 'object' || typeof (value as ArrayLike<unknown>).length !== 'number' || (value as ArrayLike<unknown>).length !== length) {
+    throw invalidArgument(`an array of ${length} numbers`, name, value);
+  }
+  const arr = value as ArrayLike<unknown>;
+  const out = new Float64Array(length);
+  const what = sign === 1 ? 'a finite number >= 0' : sign === -1 ? 'a finite number <= 0' : 'a finite number';
+  for (let i = 0; i < length; i++) {
+    const x = arr[i];
+    if (typeof x !== 'number' || !Number.isFinite(x) || x * sign < 0) throw invalidArgument(what, `${name}[${i}]`, x);
+    out[i] = x;
   }
   return out;
 }
@@ -409,6 +466,48 @@ export class PolicyModel implements GenerationEngine {
     return this.enqueue('trainStep', (n) => n.trainStep(batches, loss, optim, mode));
   }
 
+  /**
+   * Per-token logprob and entropy of a packed forest under softmax(logits /
+   * temperature), every shared token computed once (0 where a token is no
+   * target, i.e. a root's first token, or where `wanted` is 0). `reference`:
+   * the frozen KL reference's log-probs instead of the policy's.
+   */
+  async treeLogprobs(forest: PackedForest, options?: { temperature?: number; wanted?: Uint8Array; reference?: boolean }): Promise<{ logprobs: Float32Array; entropies: Float32Array }> {
+    const f = this.packForest(forest, 'forest');
+    const o = checkOptions(options, 'options');
+    checkOptionsKeys(o, 'options', ['temperature', 'wanted', 'reference']);
+    const temperature = o.temperature === undefined ? 1 : checkNumber(o.temperature, 'options.temperature', 'a finite number > 0', (x) => x > 0);
+    if (o.wanted !== undefined && (!(o.wanted instanceof Uint8Array) || o.wanted.length !== f.tokens.length)) {
+      throw invalidArgument(`a Uint8Array of ${f.tokens.length} flags`, 'options.wanted', o.wanted);
+    }
+    if (o.reference !== undefined && typeof o.reference !== 'boolean') throw invalidArgument('a boolean', 'options.reference', o.reference);
+    const wanted = o.wanted ?? null;
+    return this.enqueue('treeLogprobs', (n) => n.treeLogprobs(f.tokens, f.parent, f.nodeTokens, temperature, wanted, o.reference === true));
+  }
+
+  /** Logits of every packed token of a forest (rows of V, float32), for checks against the flattened trajectories. */
+  async forwardTreeLogits(forest: PackedForest): Promise<Float32Array> {
+    const f = this.packForest(forest, 'forest');
+    return this.enqueue('forwardTreeLogits', (n) => n.forwardTreeLogits(f.tokens, f.parent, f.nodeTokens));
+  }
+
+  /**
+   * One optimiser step over micro-batches of packed trees: the policy loss of
+   * the flattened trajectories, every shared token computed once, through a
+   * chunked LM head (no (tokens, V) logits buffer). Denominators are the
+   * whole step's (token-mean: Σ count; seq-mean-*: Σ sequences).
+   */
+  async trainTreeStep(batches: readonly TrainTreeBatch[], options?: TrainTreeStepOptions): Promise<TrainMetrics> {
+    if (!Array.isArray(batches) || batches.length === 0) throw invalidArgument('a non-empty array of tree micro-batches', 'batches', batches);
+    const o = checkOptions(options, 'options');
+    checkOptionsKeys(o, 'options', ['loss', 'optimizer', 'chunkRows']);
+    const loss = policyLossConfig(o.loss);
+    const optim = optimizerConfig(o.optimizer);
+    const chunkRows = o.chunkRows === undefined ? 0 : checkInteger(o.chunkRows, 'options.chunkRows', 0, 2 ** 31 - 1);
+    const raw = batches.map((b, i) => this.packTreeBatch(b, `batches[${i}]`));
+    return this.enqueue('trainTreeStep', (n) => n.trainTreeStep(raw, loss, optim, chunkRows));
+  }
+
   /** The frozen KL reference becomes a copy of the current weights (made automatically at the first KL step otherwise). */
   async snapshotReference(): Promise<void> {
     await this.enqueue('snapshotReference', (n) => n.snapshotReference());
@@ -499,6 +598,49 @@ export class PolicyModel implements GenerationEngine {
       if (p.length > this.config.maxPositionEmbeddings) throw invalidArgument(`at most ${this.config.maxPositionEmbeddings} tokens`, `${name}[${i}]`, sequences[i]);
     });
     return concat(parts);
+  }
+
+  private packForest(forest: PackedForest, name: string): { tokens: Int32Array; parent: Int32Array; nodeTokens: Int32Array } {
+    this.live(name);
+    if (forest === null || typeof forest !== 'object') throw invalidArgument('a packed forest { tokens, parent, nodeTokens }', name, forest);
+    const tokens = tokenArray(forest.tokens, `${name}.tokens`, this.vocabSize);
+    const K = (forest.parent as ArrayLike<number> | undefined)?.length;
+    if (typeof K !== 'number' || K < 1) throw invalidArgument('a non-empty array of parent node indices', `${name}.parent`, forest.parent);
+    const parent = new Int32Array(K);
+    const nodeTokens = new Int32Array(K);
+    const nt = forest.nodeTokens as ArrayLike<number> | undefined;
+    if (nt?.length !== K) throw invalidArgument(`an array of ${K} token counts (one per node)`, `${name}.nodeTokens`, forest.nodeTokens);
+    let total = 0;
+    for (let k = 0; k < K; k++) {
+      const p = forest.parent[k];
+      if (typeof p !== 'number' || !Number.isInteger(p) || p < -1 || p >= k) throw invalidArgument(`-1 (a root) or an earlier node in [0, ${k})`, `${name}.parent[${k}]`, p);
+      const n = nt[k];
+      if (typeof n !== 'number' || !Number.isInteger(n) || n < (p < 0 ? 1 : 0)) throw invalidArgument(p < 0 ? 'an integer >= 1 (a root starts its sequence)' : 'an integer >= 0', `${name}.nodeTokens[${k}]`, n);
+      parent[k] = p;
+      nodeTokens[k] = n;
+      total += n;
+    }
+    if (total !== tokens.length) throw invalidArgument(`node token counts that sum to the ${tokens.length} tokens`, `${name}.nodeTokens`, total);
+    return { tokens, parent, nodeTokens };
+  }
+
+  private packTreeBatch(b: TrainTreeBatch, name: string): RawTreeMicroBatch {
+    if (b === null || typeof b !== 'object') throw invalidArgument('a tree micro-batch { tokens, parent, nodeTokens, oldLogprobs, advPos, ... }', name, b);
+    const f = this.packForest(b, name);
+    const N = f.tokens.length;
+    const out: RawTreeMicroBatch = {
+      ...f,
+      oldLogprobs: floatArray(b.oldLogprobs, `${name}.oldLogprobs`, N),
+      advPos: doubleArray(b.advPos, `${name}.advPos`, N, 1),
+      advNeg: doubleArray(b.advNeg, `${name}.advNeg`, N, -1),
+      weight: doubleArray(b.weight, `${name}.weight`, N, 1),
+      countPos: doubleArray(b.countPos, `${name}.countPos`, N, 1),
+      countNeg: doubleArray(b.countNeg, `${name}.countNeg`, N, 1),
+      count: doubleArray(b.count, `${name}.count`, N, 1),
+      sequences: checkInteger(b.sequences, `${name}.sequences`, 0, 2 ** 31 - 1),
+    };
+    if (b.refLogprobs !== undefined) out.refLogprobs = floatArray(b.refLogprobs, `${name}.refLogprobs`, N);
+    return out;
   }
 
   private packMicroBatch(mb: readonly TrainSequence[], name: string, mode: 'policy' | 'sft'): RawMicroBatch {

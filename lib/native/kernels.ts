@@ -364,6 +364,60 @@ export function treeReduce(parent: ArrayLike<number>, leafNode: ArrayLike<number
   return out;
 }
 
+export interface SignedTreeReduction {
+  /** (N) Σ weight·adv over the leaves under each node with adv > 0, and with adv < 0. */
+  posSum: Float64Array;
+  negSum: Float64Array;
+  /** (N) Σ weight over every leaf under the node. */
+  weightSum: Float64Array;
+  /** (N) leaves under the node with adv > 0, adv < 0, and all of them. */
+  posCount: Int32Array;
+  negCount: Int32Array;
+  count: Int32Array;
+}
+
+/**
+ * The weighted reduction split by the sign of the leaf advantage: per node,
+ * the copy sums that tree-packed training gives each of its tokens
+ * (arpo::kernels::tree_reduce_signed, float64).
+ */
+export function treeReduceSigned(
+  parent: ArrayLike<number>, leafNode: ArrayLike<number>, leafAdvantage: ArrayLike<number>, leafWeight: ArrayLike<number>,
+): SignedTreeReduction {
+  const N = parent?.length;
+  const par = toInt32(parent, 'parent', typeof N === 'number' ? N : -1, -1, INT32_MAX);
+  for (let n = 0; n < par.length; n++) {
+    if ((par[n] as number) >= n) throw invalidArgument(`-1 or a node index below ${n}`, `parent[${n}]`, par[n]);
+  }
+  const L = leafNode?.length;
+  const leaves = toInt32(leafNode, 'leafNode', typeof L === 'number' ? L : -1, 0, par.length - 1);
+  const adv = toFloat64(leafAdvantage, 'leafAdvantage', leaves.length);
+  const weight = toFloat64(leafWeight, 'leafWeight', leaves.length);
+  for (let l = 0; l < weight.length; l++) if (!((weight[l] as number) >= 0)) throw invalidArgument('a finite weight >= 0', `leafWeight[${l}]`, weight[l]);
+  const n = par.length;
+  const out: SignedTreeReduction = {
+    posSum: new Float64Array(n), negSum: new Float64Array(n), weightSum: new Float64Array(n),
+    posCount: new Int32Array(n), negCount: new Int32Array(n), count: new Int32Array(n),
+  };
+  callNative('treeReduceSigned', () =>
+    loadNative().treeReduceSigned(par, leaves, adv, weight, out.posSum, out.negSum, out.weightSum, out.posCount, out.negCount, out.count));
+  return out;
+}
+
+/** A finite-number array as a Float64Array of `length` (a fresh copy). */
+function toFloat64(value: ArrayLike<number>, name: string, length: number): Float64Array {
+  if (value === null || typeof value !== 'object' || typeof value.length !== 'number' || value.length !== length) {
+    throw invalidArgument(`an array of ${length} numbers`, name, value);
+  }
+  const out = new Float64Array(length);
+  for (let i = 0; i < length; i++) {
+    const x = value[i];
+    if (typeof x !== 'number' || !Number.isFinite(x)) throw invalidArgument('a finite number', `${name}[${i}]`, x);
+    out[i] = x;
+  }
+  return out;
+}
+
 /** tokenValue[i] = nodeValue[n] for every token i of node n's span; other tokens are untouched. */
 export function treeExpand(tokenValue: Float32Array, nodeValue: ArrayLike<number>, tokenOffset: ArrayLike<number>, tokenCount: ArrayLike<number>): void {
   if (!(tokenValue instanceof Float32Array)) throw invalidArgument('a Float32Array of per-token values', 'tokenValue', tokenValue);

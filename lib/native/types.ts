@@ -83,6 +83,11 @@ export interface NativeKernels {
     parent: Int32Array, leafNode: Int32Array, leafAdvantage: Float32Array,
     nodeSum: Float32Array | null, nodeMean: Float32Array | null, nodeCount: Int32Array | null,
   ): void;
+  treeReduceSigned(
+    parent: Int32Array, leafNode: Int32Array, leafAdvantage: Float64Array, leafWeight: Float64Array,
+    posSum: Float64Array | null, negSum: Float64Array | null, weightSum: Float64Array | null,
+    posCount: Int32Array | null, negCount: Int32Array | null, count: Int32Array | null,
+  ): void;
   treeExpand(tokenValue: Float32Array, nodeValue: Float32Array, tokenOffset: BigInt64Array, tokenCount: BigInt64Array): void;
   /** Plain sum of the values (bandwidth baseline for bench/stats.ts). */
   benchSum(values: Float32Array, threads: number): number;
@@ -143,6 +148,27 @@ export interface RawMicroBatch {
   oldLogprobs?: Float32Array;
   advantages?: Float32Array;
   refLogprobs?: Float32Array;
+}
+/**
+ * One micro-batch of packed rollout trees (native trainTreeStep): nodes in
+ * topological order, each a run of `nodeTokens[k]` tokens of `tokens`;
+ * per-token arrays aligned to tokens. The copy sums (float64) are those of
+ * arpo::kernels::policy_loss_copies before the aggregation's denominator:
+ * all 0 marks context. `sequences`: trajectories whose loss terms it carries.
+ */
+export interface RawTreeMicroBatch {
+  tokens: Int32Array;
+  parent: Int32Array;
+  nodeTokens: Int32Array;
+  oldLogprobs: Float32Array;
+  refLogprobs?: Float32Array;
+  advPos: Float64Array;
+  advNeg: Float64Array;
+  weight: Float64Array;
+  countPos: Float64Array;
+  countNeg: Float64Array;
+  count: Float64Array;
+  sequences: number;
 }
 export interface RawOptimConfig {
   lr: number;
@@ -212,6 +238,12 @@ export interface NativeModelInstance {
   /** (N * V) float32 logits of every position (no cache). */
   forwardLogits(tokens: Int32Array, lengths: Int32Array): Promise<Float32Array>;
   trainStep(batches: RawMicroBatch[], loss: RawPolicyLossConfig, optim: RawOptimConfig, mode: 'policy' | 'sft'): Promise<RawTrainMetrics>;
+  /** Per packed token (0 where no target or not wanted); `reference`: the frozen KL reference's. */
+  treeLogprobs(tokens: Int32Array, parent: Int32Array, nodeTokens: Int32Array, temperature: number, wanted: Uint8Array | null, reference: boolean):
+    Promise<{ logprobs: Float32Array; entropies: Float32Array }>;
+  forwardTreeLogits(tokens: Int32Array, parent: Int32Array, nodeTokens: Int32Array): Promise<Float32Array>;
+  /** chunkRows: LM-head rows per chunk (0: ~64 MiB of logits). */
+  trainTreeStep(batches: RawTreeMicroBatch[], loss: RawPolicyLossConfig, optim: RawOptimConfig, chunkRows: number): Promise<RawTrainMetrics>;
   snapshotReference(): Promise<void>;
   cacheStats(): RawCacheStats;
   setThreads(threads: number): void;

@@ -28,6 +28,12 @@ export interface ScoredBatch {
   sequenceGroups: number[];
   /** Prompts dropped by dynamic sampling (all rewards equal). */
   droppedGroups: number;
+  /** The groups (prompts) dropped. */
+  dropped: ReadonlySet<number>;
+  /** Per node of packTrees(rollout.trees): the attributed value (soft Σ Â, hard mean Â) and its leaf count. */
+  nodeValues: Float32Array;
+  nodeLeafCounts: Int32Array;
+  attribution: Attribution;
 }
 
 /** Decodes the response part (the reference decodes with skip_special_tokens). */
@@ -47,7 +53,7 @@ export async function scoreAndAttribute(
   examples: readonly DatasetExample[],
   tokenizer: Tokenizer,
   reward: RewardFn,
-  options: { estimator: string; attribution: Attribution; dynamicSampling: boolean },
+  options: AttributionOptions,
 ): Promise<ScoredBatch> {
   const trajectories = rollout.trees.flatMap((tree) => tree.trajectories());
   const items: ScoredTrajectory[] = [];
@@ -56,6 +62,21 @@ export async function scoreAndAttribute(
     const response = responseText(tokenizer, t);
     items.push({ trajectory: t, group: t.prompt, response, reward: await scoreResponse(reward, example, response), advantage: 0 });
   }
+  return attributeScores(rollout, items, options);
+}
+
+export interface AttributionOptions {
+  estimator: string;
+  attribution: Attribution;
+  dynamicSampling: boolean;
+}
+
+/**
+ * The second half of scoreAndAttribute: `items` are the scored trajectories of
+ * every tree in order (tree by tree, leaf by leaf); sets their advantages and
+ * lays out the training sequences.
+ */
+export function attributeScores(rollout: RolloutResult, items: ScoredTrajectory[], options: AttributionOptions): ScoredBatch {
   const packed = packTrees(rollout.trees);
   const adv = treeAdvantages(
     packed,
@@ -103,7 +124,10 @@ export async function scoreAndAttribute(
     sequences.push({ tokens: t.tokens, mask, oldLogprobs: t.logprobs, advantages });
     sequenceGroups.push(item.group);
   }
-  return { items, sequences, sequenceGroups, droppedGroups: dropped.size };
+  return {
+    items, sequences, sequenceGroups, droppedGroups: dropped.size, dropped,
+    nodeValues: adv.nodeValues, nodeLeafCounts: adv.nodeLeafCounts, attribution: options.attribution,
+  };
 }
 
 /** Splits sequences into micro-batches of at most `maxTokens` tokens (a longer sequence goes alone). */

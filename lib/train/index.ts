@@ -11,6 +11,8 @@ export { evaluate } from './evaluate';
 export type { EvalResult } from './evaluate';
 export { scoreAndAttribute, microBatches, rolloutStepMetrics, responseText } from './batch';
 export type { ScoredBatch, ScoredTrajectory } from './batch';
+export { buildTrainTrees, treeMicroBatches, recomputeTreeLogprobs, treeTokenCounts } from './tree-batch';
+export type { TrainTree, TreeMicroBatchPlan } from './tree-batch';
 export { CheckpointManager, readTrainerState } from './checkpoint';
 export type { TrainerState } from './checkpoint';
 export { MetricsLog, Progress, readMetrics, formatStepLine } from './metrics';

@@ -11,9 +11,11 @@
 //   re-sending the prefix to an inference engine.
 // - Budget refills are fresh global samples, never copies of a trajectory.
 // - Over the tool-call limit a path ends without a forced, trained EOS.
-// - Hard attribution is applied on flattened trajectories with per-token loss
-//   weights 1/d (so a token shared by d trajectories counts once), which equals
-//   training the packed tree once.
+// - Training runs on packed rollout trees (train.packing = tree): every shared
+//   token (the prompt, shared response prefixes) is computed once, with the
+//   loss and gradient of the flattened trajectories (lib/train/tree-batch.ts);
+//   `flat` trains the flattened trajectories as the reference code does. Hard
+//   attribution gives a shared token its mean advantage with weight 1/d per copy.
 // - Old log-probs default to a recompute by the current policy before the update
 //   (verl's default), with `train.oldLogprobs = rollout` to use the sampler's.
 import * as crypto from 'crypto';
@@ -23,9 +25,10 @@ import { ArpoError } from '../errors';
 import { epochPermutation, type DatasetExample, type SamplerState } from '../data';
 import type { PolicyModel, TrainSequence, TrainStepOptions } from '../model/policy-model';
 import type { Tokenizer } from '../model/tokenizer';
-import { rollout, type RolloutDeps } from '../rollout';
+import { rollout, type RolloutDeps, type RolloutResult } from '../rollout';
 import type { RewardFn } from '../reward';
 import { microBatches, rolloutStepMetrics, scoreAndAttribute, type ScoredTrajectory } from './batch';
+import { buildTrainTrees, recomputeTreeLogprobs, treeMicroBatches, treeTokenCounts } from './tree-batch';
 import { CheckpointManager } from './checkpoint';
 import type { RunConfig } from './config';
 import { MetricsLog, Progress, type StepMetrics } from './metrics';
@@ -41,6 +44,12 @@ export interface TrainOptions {
   progress?: { write(s: string): boolean; isTTY?: boolean };
   /** Write report.html at the end (default true). */
   report?: boolean;
+  /**
+   * Wraps each training step's rollout: `run` samples it as configured; the
+   * hook may record what it returns or return a recorded one instead (tests
+   * replay one set of rollouts to two configurations).
+   */
+  rollout?: (step: number, run: () => Promise<RolloutResult>) => Promise<RolloutResult>;
 }
 
 export interface TrainSummary {
@@ -63,7 +72,8 @@ export function stepSeed(seed: number, phase: 'train' | 'valid', step: number): 
   return h.readBigUInt64LE(0);
 }
 
-function lossOptions(cfg: RunConfig): TrainStepOptions {
+/** The trainer's loss and optimiser options of a run configuration (also used by the bench). */
+export function lossOptions(cfg: RunConfig): TrainStepOptions {
   const l = cfg.loss;
   return {
     mode: 'policy',
@@ -186,30 +196,45 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
       // ------------------------------------------------------------ rollout
       const examples = sampler.next();
       const prompts = examples.map((e) => promptIds(e, tokenizer, cfg.data.systemPrompt));
-      const result = await rollout(deps, prompts, stepSeed(cfg.train.seed, 'train', step), rolloutSettings(cfg));
+      const run = () => rollout(deps, prompts, stepSeed(cfg.train.seed, 'train', step), rolloutSettings(cfg));
+      const result = options.rollout ? await options.rollout(step, run) : await run();
       // ------------------------------------------------------------ rewards and advantages
       const scored = await scoreAndAttribute(result, examples, tokenizer, reward, {
         estimator: cfg.algorithm.estimator,
         attribution: cfg.algorithm.attribution,
         dynamicSampling: cfg.algorithm.dynamicSampling,
       });
+      const t0 = Date.now();
+      const tree = cfg.train.packing === 'tree';
+      const temperature = stepOptions.loss!.temperature!;
       let sequences: TrainSequence[] = scored.sequences;
-      if (cfg.train.oldLogprobs === 'recompute' && sequences.length > 0) {
-        const scores = await model.logprobs(sequences.map((s) => s.tokens), { temperature: stepOptions.loss!.temperature! });
-        sequences = sequences.map((s, i) => ({ ...s, oldLogprobs: scores.logprobs[i]! }));
+      const trees = tree ? buildTrainTrees(result, scored, cfg.loss.aggregation) : [];
+      if (cfg.train.oldLogprobs === 'recompute') {
+        if (tree) {
+          await recomputeTreeLogprobs(model, trees, cfg.train.microBatchTokens, temperature);
+        } else if (sequences.length > 0) {
+          const scores = await model.logprobs(sequences.map((s) => s.tokens), { temperature });
+          sequences = sequences.map((s, i) => ({ ...s, oldLogprobs: scores.logprobs[i]! }));
+        }
       }
       // ------------------------------------------------------------ PPO epochs over mini-batches of prompts
-      const t0 = Date.now();
       const updates: Record<string, number>[] = [];
-      const groups = [...new Set(scored.sequenceGroups)];
+      const groups = tree ? trees.map((t) => t.group) : [...new Set(scored.sequenceGroups)];
       for (let epoch = 0; epoch < cfg.train.ppoEpochs; epoch++) {
         // Mini-batch order: a seeded permutation per (step, epoch), the data sampler's own shuffle.
         const order = Array.from(epochPermutation(groups.length, cfg.train.seed, step * 1000 + epoch), (i) => groups[i]!);
         for (let g = 0; g < order.length; g += cfg.train.miniBatchPrompts) {
           const mini = new Set(order.slice(g, g + cfg.train.miniBatchPrompts));
-          const seqs = sequences.filter((_, i) => mini.has(scored.sequenceGroups[i]!));
-          if (seqs.length === 0) continue;
-          const m = await model.trainStep(microBatches(seqs, cfg.train.microBatchTokens), stepOptions);
+          let m;
+          if (tree) {
+            const mt = trees.filter((t) => mini.has(t.group));
+            if (mt.length === 0) continue;
+            m = await model.trainTreeStep(treeMicroBatches(mt, cfg.train.microBatchTokens).map((p) => p.batch), { loss: stepOptions.loss, optimizer: stepOptions.optimizer });
+          } else {
+            const seqs = sequences.filter((_, i) => mini.has(scored.sequenceGroups[i]!));
+            if (seqs.length === 0) continue;
+            m = await model.trainStep(microBatches(seqs, cfg.train.microBatchTokens), stepOptions);
+          }
           updates.push({
             'actor/loss': m.loss,
             'actor/pg_loss': m.pgLoss,
@@ -223,6 +248,7 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
           });
         }
       }
+      const packedTokens = tree ? treeTokenCounts(trees) : null;
       // ------------------------------------------------------------ metrics
       lastMetrics = {
         ...rolloutStepMetrics(result, scored.items),
@@ -230,6 +256,7 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
         'actor/updates': updates.length,
         'data/dropped_groups': scored.droppedGroups,
         'time/train_s': (Date.now() - t0) / 1000,
+        ...(packedTokens ? { 'train/unique_token_ratio': packedTokens.flattened > 0 ? packedTokens.unique / packedTokens.flattened : 1 } : {}),
       };
       log.append({ step, phase: 'train', time: (Date.now() - started) / 1000, metrics: lastMetrics });
       progress.step(step, lastMetrics);

@@ -179,6 +179,46 @@ void policy_loss(PolicyLossResult* result,
                  const PolicyLossConfig& config,
                  Threads threads);
 
+// 4b. The same loss over rows that stand for several copies of one token:
+// a token shared by d trajectories of a rollout tree (ARPO.md section 2) is
+// one row whose copies i carry aggregation weights w_i and advantages A_i.
+// Every copy has the same ratio r, so the sum of the flat kernel's w_i loss_i
+// factors by the sign of A_i:
+//   sum_i w_i pg_i = S+ pg(A = +1) + |S-| pg(A = -1),
+//   S+ = sum_{A_i > 0} w_i A_i,  S- = sum_{A_i < 0} w_i A_i,
+// and the KL and entropy terms scale with W = sum_i w_i. pg(+-1) is the flat
+// kernel's own per-token composition, so ties (r = 1 + clip_high, ...) get
+// the flat gradient. The arrays hold these sums before the aggregation's
+// denominator D, which the kernel divides by: config.denominator when > 0,
+// else sum(count) (token-mean), num_seqs (seq-mean-*; the per-sequence
+// 1 / length of seq-mean-token-mean is already in w_i) or norm_constant.
+// Metrics weight each row by the masked copy counts: pg_clipfrac by
+// count_pos / count_neg (the sign decides which bound clips),
+// pg_clipfrac_lower by count_neg, ppo_kl / entropy / kl by count;
+// result.tokens = sum(count). A row whose sums are all 0 (context) gets a
+// zero gradient row and may have target < 0. old_logprobs null: ratio 1
+// (old = current). Sums must be finite, S+ >= 0 >= S-, the others >= 0.
+struct TokenCopySums {
+  const double* adv_pos = nullptr;    // (T) S+ = sum_{A_i > 0} w_i A_i
+  const double* adv_neg = nullptr;    // (T) S- = sum_{A_i < 0} w_i A_i
+  const double* weight = nullptr;     // (T) W = sum_i w_i
+  const double* count_pos = nullptr;  // (T) sum_{A_i > 0} m_i (mask of copy i)
+  const double* count_neg = nullptr;  // (T) sum_{A_i < 0} m_i
+  const double* count = nullptr;      // (T) sum_i m_i
+};
+void policy_loss_copies(PolicyLossResult* result,
+                        float* grad,                 // (T, V) float32, or null; may alias logits
+                        float* logprobs,             // (T) or null (out)
+                        float* entropy,              // (T) or null (out)
+                        const Logits& logits,        // (T, V)
+                        const int32_t* targets,      // (T)
+                        const float* old_logprobs,   // (T) or null (ratio 1)
+                        const TokenCopySums& sums,   // (T) each
+                        int64_t num_seqs,            // sequences for seq-mean-* when denominator is 0
+                        const float* ref_logprobs,   // (T) or null
+                        const PolicyLossConfig& config,
+                        Threads threads);
+
 // ---------------------------------------------------------------------------
 // 5. Tree advantage reduction (ARPO.md section 2).
 // Nodes 0..N-1 of one or more rollout trees in topological order
@@ -197,6 +237,27 @@ void tree_reduce(float* node_sum,           // (N) or null
                  const int32_t* leaf_node,  // (L)
                  const float* leaf_adv,     // (L)
                  int64_t L);
+
+// Weighted reduction split by the sign of the leaf advantage (the copy sums
+// of policy_loss_copies, per node): for every node n, over the leaves l in
+// its subtree,
+//   pos_sum[n] = sum_{adv_l > 0} weight_l adv_l    neg_sum[n] = sum_{adv_l < 0} weight_l adv_l
+//   weight_sum[n] = sum weight_l
+//   pos_count[n] / neg_count[n] / count[n] = number of leaves with adv > 0 / adv < 0 / any
+// Accumulated in float64 children-before-parents, so a node's sums do not
+// depend on how many nodes the trees have.
+void tree_reduce_signed(double* pos_sum,          // (N) or null
+                        double* neg_sum,          // (N) or null
+                        double* weight_sum,       // (N) or null
+                        int32_t* pos_count,       // (N) or null
+                        int32_t* neg_count,       // (N) or null
+                        int32_t* count,           // (N) or null
+                        const int32_t* parent,    // (N)
+                        int64_t N,
+                        const int32_t* leaf_node, // (L)
+                        const double* leaf_adv,   // (L) finite
+                        const double* leaf_weight,// (L) finite, >= 0
+                        int64_t L);
 
 // Per-token expansion: token_value[i] = node_value[node] for every token i in
 // [token_offset[node], token_offset[node] + token_count[node]); tokens not

@@ -46,38 +46,79 @@ void entropy_delta(float* window_mean, int32_t* window_count, float* delta, cons
     }
 }
 
-void tree_reduce(float* node_sum, float* node_mean, int32_t* node_count, const int32_t* parent, int64_t N,
-                 const int32_t* leaf_node, const float* leaf_adv, int64_t L) {
-  if (N < 0) throw Error("tree_reduce: N must be >= 0, got " + s(N));
-  if (L < 0) throw Error("tree_reduce: L must be >= 0, got " + s(L));
-  if (N > 0 && !parent) throw Error("tree_reduce: parent is null with N = " + s(N));
-  if (L > 0 && (!leaf_node || !leaf_adv)) throw Error("tree_reduce: leaf_node and leaf_adv are required with L = " + s(L));
+namespace {
+// Shared checks of the tree reductions: parents before children, leaves on nodes.
+void check_tree(const char* op, const int32_t* parent, int64_t N, const int32_t* leaf_node, int64_t L, bool leaf_values) {
+  const std::string o(op);
+  if (N < 0) throw Error(o + ": N must be >= 0, got " + s(N));
+  if (L < 0) throw Error(o + ": L must be >= 0, got " + s(L));
+  if (N > 0 && !parent) throw Error(o + ": parent is null with N = " + s(N));
+  if (L > 0 && (!leaf_node || !leaf_values)) throw Error(o + ": leaf_node and the leaf values are required with L = " + s(L));
   for (int64_t n = 0; n < N; ++n)
     if (parent[n] < -1 || parent[n] >= n)
-      throw Error("tree_reduce: parent[" + s(n) + "] = " + s(parent[n]) +
-                  " must be -1 (root) or an earlier node in [0, " + s(n) + ")");
+      throw Error(o + ": parent[" + s(n) + "] = " + s(parent[n]) + " must be -1 (root) or an earlier node in [0, " + s(n) + ")");
   for (int64_t l = 0; l < L; ++l)
     if (leaf_node[l] < 0 || leaf_node[l] >= N)
-      throw Error("tree_reduce: leaf_node[" + s(l) + "] = " + s(leaf_node[l]) + " is outside [0, " + s(N) + ")");
-  // Leaves add into their node; then, children before parents (reverse
-  // topological order), each node's totals add into its parent's.
+      throw Error(o + ": leaf_node[" + s(l) + "] = " + s(leaf_node[l]) + " is outside [0, " + s(N) + ")");
+}
+
+// Children before parents (reverse topological order): each node's totals add into its parent's.
+template <typename T>
+void up_sweep(std::vector<T>& v, const int32_t* parent, int64_t N) {
+  for (int64_t n = N - 1; n > 0; --n)
+    if (parent[n] >= 0) v[parent[n]] += v[n];
+}
+}  // namespace
+
+void tree_reduce(float* node_sum, float* node_mean, int32_t* node_count, const int32_t* parent, int64_t N,
+                 const int32_t* leaf_node, const float* leaf_adv, int64_t L) {
+  check_tree("tree_reduce", parent, N, leaf_node, L, leaf_adv != nullptr);
+  // Leaves add into their node; then the sums move up the tree.
   std::vector<double> sum(static_cast<size_t>(N), 0.0);
   std::vector<int64_t> count(static_cast<size_t>(N), 0);
   for (int64_t l = 0; l < L; ++l) {
     sum[leaf_node[l]] += leaf_adv[l];
     count[leaf_node[l]] += 1;
   }
-  for (int64_t n = N - 1; n > 0; --n) {
-    const int32_t p = parent[n];
-    if (p >= 0) {
-      sum[p] += sum[n];
-      count[p] += count[n];
-    }
-  }
+  up_sweep(sum, parent, N);
+  up_sweep(count, parent, N);
   for (int64_t n = 0; n < N; ++n) {
     if (node_sum) node_sum[n] = static_cast<float>(sum[n]);
     if (node_mean) node_mean[n] = count[n] > 0 ? static_cast<float>(sum[n] / count[n]) : 0.0f;
     if (node_count) node_count[n] = static_cast<int32_t>(count[n]);
+  }
+}
+
+void tree_reduce_signed(double* pos_sum, double* neg_sum, double* weight_sum, int32_t* pos_count, int32_t* neg_count,
+                        int32_t* count, const int32_t* parent, int64_t N, const int32_t* leaf_node,
+                        const double* leaf_adv, const double* leaf_weight, int64_t L) {
+  check_tree("tree_reduce_signed", parent, N, leaf_node, L, leaf_adv != nullptr && leaf_weight != nullptr);
+  for (int64_t l = 0; l < L; ++l) {
+    if (!std::isfinite(leaf_adv[l]))
+      throw Error("tree_reduce_signed: leaf_adv[" + s(l) + "] = " + std::to_string(leaf_adv[l]) + " is not finite");
+    if (!std::isfinite(leaf_weight[l]) || leaf_weight[l] < 0)
+      throw Error("tree_reduce_signed: leaf_weight[" + s(l) + "] = " + std::to_string(leaf_weight[l]) +
+                  " must be finite and >= 0");
+  }
+  std::vector<double> pos(static_cast<size_t>(N), 0.0), neg(pos), wsum(pos);
+  std::vector<int64_t> cpos(static_cast<size_t>(N), 0), cneg(cpos), call(cpos);
+  for (int64_t l = 0; l < L; ++l) {
+    const int32_t n = leaf_node[l];
+    const double a = leaf_adv[l], w = leaf_weight[l];
+    if (a > 0) pos[n] += w * a, cpos[n] += 1;
+    if (a < 0) neg[n] += w * a, cneg[n] += 1;
+    wsum[n] += w;
+    call[n] += 1;
+  }
+  for (auto* v : {&pos, &neg, &wsum}) up_sweep(*v, parent, N);
+  for (auto* v : {&cpos, &cneg, &call}) up_sweep(*v, parent, N);
+  for (int64_t n = 0; n < N; ++n) {
+    if (pos_sum) pos_sum[n] = pos[n];
+    if (neg_sum) neg_sum[n] = neg[n];
+    if (weight_sum) weight_sum[n] = wsum[n];
+    if (pos_count) pos_count[n] = static_cast<int32_t>(cpos[n]);
+    if (neg_count) neg_count[n] = static_cast<int32_t>(cneg[n]);
+    if (count) count[n] = static_cast<int32_t>(call[n]);
   }
 }
 

@@ -314,6 +314,24 @@ Job ParseTreeReduce(Args& a) {
   return Job{[=] { K::tree_reduce(sum, mean, count, parent, N, leaf_node, leaf_adv, L); }, Undefined};
 }
 
+// treeReduceSigned(parent, leafNode, leafAdv, leafWeight, posSum, negSum, weightSum, posCount, negCount, count)
+Job ParseTreeReduceSigned(Args& a) {
+  const int32_t* parent = a.array<int32_t>(0, "parent", napi_int32_array, -1);
+  const int64_t N = a.length(0);
+  const int32_t* leaf_node = a.array<int32_t>(1, "leafNode", napi_int32_array, -1);
+  const int64_t L = a.length(1);
+  const double* leaf_adv = a.array<double>(2, "leafAdvantage", napi_float64_array, L);
+  const double* leaf_weight = a.array<double>(3, "leafWeight", napi_float64_array, L);
+  double* pos = a.array<double>(4, "posSum", napi_float64_array, N, true);
+  double* neg = a.array<double>(5, "negSum", napi_float64_array, N, true);
+  double* wsum = a.array<double>(6, "weightSum", napi_float64_array, N, true);
+  int32_t* cpos = a.array<int32_t>(7, "posCount", napi_int32_array, N, true);
+  int32_t* cneg = a.array<int32_t>(8, "negCount", napi_int32_array, N, true);
+  int32_t* call = a.array<int32_t>(9, "count", napi_int32_array, N, true);
+  return Job{[=] { K::tree_reduce_signed(pos, neg, wsum, cpos, cneg, call, parent, N, leaf_node, leaf_adv, leaf_weight, L); },
+             Undefined};
+}
+
 // treeExpand(tokenValue, nodeValue, tokenOffset, tokenCount)
 Job ParseTreeExpand(Args& a) {
   float* token_value = a.array<float>(0, "tokenValue", napi_float32_array, -1);
@@ -351,6 +369,7 @@ void InitKernels(Napi::Env env, Napi::Object exports) {
   exports.Set("policyLoss", Napi::Function::New(env, ARPO_SYNC("policyLoss", ParsePolicyLoss), "policyLoss"));
   exports.Set("policyLossAsync", Napi::Function::New(env, ARPO_ASYNC("policyLoss", ParsePolicyLoss), "policyLossAsync"));
   exports.Set("treeReduce", Napi::Function::New(env, ARPO_SYNC("treeReduce", ParseTreeReduce), "treeReduce"));
+  exports.Set("treeReduceSigned", Napi::Function::New(env, ARPO_SYNC("treeReduceSigned", ParseTreeReduceSigned), "treeReduceSigned"));
   exports.Set("treeExpand", Napi::Function::New(env, ARPO_SYNC("treeExpand", ParseTreeExpand), "treeExpand"));
   exports.Set("benchSum", Napi::Function::New(env, ARPO_SYNC("benchSum", ParseBenchSum), "benchSum"));
 }

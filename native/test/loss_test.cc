@@ -335,9 +335,131 @@ void test_errors_and_edges() {
   CHECK(std::all_of(k.grad.begin(), k.grad.end(), [](float g) { return g == 0.0f; }));
 }
 
+// policy_loss_copies against the flat kernel: every row of a "tree" batch
+// stands for 1-4 copies with their own advantage (some exactly 0) and mask
+// weight (1, or 1/d as hard attribution gives); the flat batch repeats the
+// row once per copy. The copy kernel must give the flat loss, metrics and the
+// sum of the copies' gradient rows, for every aggregation the sums express
+// directly and every loss option.
+void test_copies_against_flat() {
+  Random r(31);
+  const int64_t T = 23, V = 37;  // odd on purpose
+  const Batch rows = make_batch(41, T, V, 1);
+  std::vector<int64_t> copies(T);
+  Batch flat;
+  flat.V = V;
+  std::vector<int64_t> first(T);
+  std::vector<double> ap(T, 0), an(T, 0), wt(T, 0), cp(T, 0), cn(T, 0), ct(T, 0);
+  for (int64_t t = 0; t < T; ++t) {
+    copies[t] = r.integer(1, 4);
+    first[t] = flat.T;
+    const bool hard = r.uniform() < 0.3;
+    const double masked = t % 7 == 3 ? 0.0 : 1.0;  // some rows are context: every copy masked
+    for (int64_t i = 0; i < copies[t]; ++i) {
+      const double u = r.uniform();
+      const float A = u < 0.15 ? 0.0f : (t % 3 == 1 ? -static_cast<float>(0.1 + r.uniform()) : static_cast<float>(r.normal()));
+      const float m = static_cast<float>(masked * (hard ? 1.0 / static_cast<double>(copies[t]) : 1.0));
+      flat.logits.insert(flat.logits.end(), rows.logits.begin() + t * V, rows.logits.begin() + (t + 1) * V);
+      flat.targets.push_back(rows.targets[t]);
+      flat.old_lp.push_back(rows.old_lp[t]);
+      flat.ref_lp.push_back(rows.ref_lp[t]);
+      flat.adv.push_back(A);
+      flat.mask.push_back(m);
+      flat.seq.push_back(static_cast<int32_t>(flat.T % 5));
+      ++flat.T;
+      if (A > 0) ap[t] += static_cast<double>(m) * A, cp[t] += m;
+      if (A < 0) an[t] += static_cast<double>(m) * A, cn[t] += m;
+      wt[t] += m;
+      ct[t] += m;
+    }
+  }
+  flat.S = 5;
+  TokenCopySums sums{ap.data(), an.data(), wt.data(), cp.data(), cn.data(), ct.data()};
+
+  PolicyLossConfig plain;
+  PolicyLossConfig every;
+  every.clip_low = 0.1f;
+  every.clip_high = 0.28f;
+  every.dual_clip_c = 2.0f;
+  every.kl_coef = 0.3f;
+  every.entropy_coef = 0.01f;
+  every.temperature = 0.7f;
+  every.grad_scale = 0.5f;
+  std::vector<PolicyLossConfig> configs = {plain, every};
+  for (KLType kt : {KLType::K1, KLType::K2, KLType::ABS}) {
+    PolicyLossConfig c = every;
+    c.kl_type = kt;
+    c.dual_clip_c = 0.0f;  // dual clip off
+    configs.push_back(c);
+  }
+  for (Aggregation agg : {Aggregation::TokenMean, Aggregation::SeqMeanTokenSum, Aggregation::SeqMeanTokenSumNorm}) {
+    for (PolicyLossConfig c : configs) {
+      c.aggregation = agg;
+      c.norm_constant = 17.0;
+      const bool ref = c.kl_coef != 0;
+      const Logits lf{flat.logits.data(), DType::F32, flat.T, V};
+      std::vector<float> gf(flat.logits.size());
+      PolicyLossResult rf;
+      policy_loss(&rf, gf.data(), nullptr, nullptr, lf, flat.targets.data(), flat.old_lp.data(), flat.adv.data(),
+                  flat.mask.data(), flat.seq.data(), flat.S, ref ? flat.ref_lp.data() : nullptr, c, 1);
+      const Logits lt{rows.logits.data(), DType::F32, T, V};
+      std::vector<float> gt(rows.logits.size());
+      PolicyLossResult rt;
+      policy_loss_copies(&rt, gt.data(), nullptr, nullptr, lt, rows.targets.data(), rows.old_lp.data(), sums, flat.S,
+                         ref ? rows.ref_lp.data() : nullptr, c, 2);
+      CHECK_CLOSE(rt.loss, rf.loss, 1e-9, 1e-6);
+      CHECK_CLOSE(rt.pg_loss, rf.pg_loss, 1e-9, 1e-6);
+      CHECK_CLOSE(rt.tokens, rf.tokens, 0, 1e-12);
+      CHECK_CLOSE(rt.pg_clipfrac, rf.pg_clipfrac, 1e-12, 1e-9);
+      CHECK_CLOSE(rt.pg_clipfrac_lower, rf.pg_clipfrac_lower, 1e-12, 1e-9);
+      CHECK_CLOSE(rt.ppo_kl, rf.ppo_kl, 1e-9, 1e-6);
+      CHECK_CLOSE(rt.entropy, rf.entropy, 1e-9, 1e-6);
+      CHECK_CLOSE(rt.kl, rf.kl, 1e-9, 1e-6);
+      std::vector<double> want(rows.logits.size(), 0.0);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < copies[t]; ++i)
+          for (int64_t j = 0; j < V; ++j) want[t * V + j] += gf[(first[t] + i) * V + j];
+      CHECK_ARRAY("copies grad", gt.data(), want.data(), T * V, 1e-7, 1e-5);
+    }
+  }
+  // SFT form: old_logprobs null is ratio 1, so with A = +1 on every copy the
+  // gradient is -W d logp / d z: the flat kernel at old = its own logp.
+  PolicyLossConfig c;
+  std::vector<float> lp(T);
+  const Logits lt{rows.logits.data(), DType::F32, T, V};
+  logits_stats(nullptr, nullptr, nullptr, lp.data(), lt, rows.targets.data(), 1.0f, 1);
+  std::vector<double> pos(ct), zero(T, 0.0);
+  TokenCopySums sft{pos.data(), zero.data(), ct.data(), ct.data(), zero.data(), ct.data()};
+  std::vector<float> g1(rows.logits.size()), g2(rows.logits.size()), ones(T, 1.0f), m(T);
+  for (int64_t t = 0; t < T; ++t) m[t] = static_cast<float>(ct[t]);
+  PolicyLossResult r1, r2;
+  policy_loss_copies(&r1, g1.data(), nullptr, nullptr, lt, rows.targets.data(), nullptr, sft, 1, nullptr, c, 1);
+  policy_loss(&r2, g2.data(), nullptr, nullptr, lt, rows.targets.data(), lp.data(), ones.data(), m.data(), nullptr, 1,
+              nullptr, c, 1);
+  std::vector<double> g2d(g2.begin(), g2.end());
+  CHECK_ARRAY("ratio-1 grad", g1.data(), g2d.data(), T * V, 1e-6, 1e-4);
+  CHECK_CLOSE(r1.pg_loss, -1.0, 0, 1e-12);  // -sum W / D with D = sum count = sum W
+  // Bad sums name the array, the row and the value.
+  std::vector<double> bad = ap;
+  bad[4] = -1.0;
+  TokenCopySums bs = sums;
+  bs.adv_pos = bad.data();
+  PolicyLossResult rr;
+  CHECK_THROWS(policy_loss_copies(&rr, nullptr, nullptr, nullptr, lt, rows.targets.data(), rows.old_lp.data(), bs, 5,
+                                  nullptr, plain, 1),
+               "adv_pos[4] = -1.000000 must be finite and >= 0");
+  std::vector<int32_t> tg = rows.targets;
+  tg[0] = -1;
+  ct[0] = 1;
+  CHECK_THROWS(policy_loss_copies(&rr, nullptr, nullptr, nullptr, lt, tg.data(), rows.old_lp.data(), sums, 5, nullptr,
+                                  plain, 1),
+               "targets[0] = -1 is outside [0, 37) where the copy sums are not 0");
+}
+
 }  // namespace
 
 int main() {
+  test_copies_against_flat();
   test_configs();
   test_alias_threads_extremes();
   test_errors_and_edges();

@@ -1,6 +1,7 @@
 // tree_reduce / tree_expand against a naive per-leaf ancestor walk on random
 // forests, and entropy_delta against a direct window mean; plus their
 // argument errors.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,59 @@ void test_tree_reduce_random() {
     tree_expand(tok.data(), P, ks.data(), off.data(), cnt.data(), N);
     CHECK_ARRAY("token_value", tok.data(), want.data(), P, 0, 0);
   }
+}
+
+// tree_reduce_signed against the same naive walk, with weights and advantages
+// of both signs (and exact zeros, which count in `count` only).
+void test_tree_reduce_signed_random() {
+  Random r(23);
+  for (int rep = 0; rep < 20; ++rep) {
+    const int64_t N = r.integer(1, 60);
+    std::vector<int32_t> parent(N);
+    for (int64_t n = 0; n < N; ++n) parent[n] = (n == 0 || r.uniform() < 0.1) ? -1 : static_cast<int32_t>(r.integer(0, n - 1));
+    const int64_t L = r.integer(0, 40);
+    std::vector<int32_t> leaf(L);
+    std::vector<double> adv(L), w(L);
+    for (int64_t l = 0; l < L; ++l) {
+      leaf[l] = static_cast<int32_t>(r.integer(0, N - 1));
+      adv[l] = r.uniform() < 0.15 ? 0.0 : r.normal();
+      w[l] = r.uniform() * 3;
+    }
+    std::vector<double> pos(N, 0.0), neg(N, 0.0), ws(N, 0.0);
+    std::vector<int32_t> cp(N, 0), cn(N, 0), ca(N, 0);
+    for (int64_t l = 0; l < L; ++l)
+      for (int32_t n = leaf[l]; n >= 0; n = parent[n]) {
+        if (adv[l] > 0) pos[n] += w[l] * adv[l], cp[n] += 1;
+        if (adv[l] < 0) neg[n] += w[l] * adv[l], cn[n] += 1;
+        ws[n] += w[l];
+        ca[n] += 1;
+      }
+    std::vector<double> kp(N), kn(N), kw(N);
+    std::vector<int32_t> kcp(N), kcn(N), kca(N);
+    tree_reduce_signed(kp.data(), kn.data(), kw.data(), kcp.data(), kcn.data(), kca.data(), parent.data(), N, leaf.data(),
+                       adv.data(), w.data(), L);
+    CHECK_ARRAY("pos_sum", kp.data(), pos.data(), N, 1e-12, 1e-12);
+    CHECK_ARRAY("neg_sum", kn.data(), neg.data(), N, 1e-12, 1e-12);
+    CHECK_ARRAY("weight_sum", kw.data(), ws.data(), N, 1e-12, 1e-12);
+    CHECK_ARRAY("pos_count", kcp.data(), cp.data(), N, 0, 0);
+    CHECK_ARRAY("neg_count", kcn.data(), cn.data(), N, 0, 0);
+    CHECK_ARRAY("count", kca.data(), ca.data(), N, 0, 0);
+  }
+  std::vector<int32_t> parent = {-1, 0}, leaf = {1};
+  std::vector<double> adv = {1.0}, w = {-1.0}, out(2);
+  CHECK_THROWS(tree_reduce_signed(out.data(), nullptr, nullptr, nullptr, nullptr, nullptr, parent.data(), 2, leaf.data(),
+                                  adv.data(), w.data(), 1),
+               "leaf_weight[0] = -1.000000 must be finite and >= 0");
+  w[0] = 1.0;
+  adv[0] = std::nan("");
+  CHECK_THROWS(tree_reduce_signed(out.data(), nullptr, nullptr, nullptr, nullptr, nullptr, parent.data(), 2, leaf.data(),
+                                  adv.data(), w.data(), 1),
+               "leaf_adv[0] = nan is not finite");
+  parent[1] = 1;
+  adv[0] = 1.0;
+  CHECK_THROWS(tree_reduce_signed(out.data(), nullptr, nullptr, nullptr, nullptr, nullptr, parent.data(), 2, leaf.data(),
+                                  adv.data(), w.data(), 1),
+               "tree_reduce_signed: parent[1] = 1 must be -1");
 }
 
 void test_tree_errors() {
@@ -124,6 +178,7 @@ void test_entropy_delta() {
 
 int main() {
   test_tree_reduce_random();
+  test_tree_reduce_signed_random();
   test_tree_errors();
   test_entropy_delta();
   return arpo_test::summary();

@@ -197,26 +197,31 @@ PackedSequences pack_sequences(const std::vector<int32_t>& tokens, const std::ve
   return p;
 }
 
+void score_rows(float* logprobs, float* entropies, const Model& model, const at::Tensor& hidden_rows,
+                const int32_t* targets, float temperature, int32_t threads) {
+  at::NoGradGuard no_grad;
+  const int64_t R = hidden_rows.size(0), V = model.config().vocab_size;
+  // Chunk rows so one float32 logits chunk stays near 64 MiB: 64 MiB / (4 V)
+  // rows (e.g. 110 rows at V = 151,936).
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{64} << 20) / (4 * V));
+  for (int64_t a = 0; a < R; a += chunk) {
+    const int64_t b = std::min(R, a + chunk);
+    at::Tensor logits = model.logits(hidden_rows.slice(0, a, b)).to(at::kFloat).contiguous();
+    kernels::Logits L{logits.data_ptr<float>(), kernels::DType::F32, b - a, V};
+    kernels::logits_stats(nullptr, entropies + a, nullptr, logprobs + a, L, targets + a, temperature, threads);
+  }
+}
+
 TokenStats score_sequences(const Model& model, const PackedSequences& packed, float temperature, int32_t threads) {
   at::NoGradGuard no_grad;
-  const int64_t N = packed.ids.size(0), R = packed.rows.size(0), V = model.config().vocab_size;
+  const int64_t N = packed.ids.size(0), R = packed.rows.size(0);
   TokenStats out;
   out.logprobs.assign(N, 0.0f);
   out.entropies.assign(N, 0.0f);
   if (R == 0) return out;
   at::Tensor hidden = model.forward_hidden(packed.ids, packed.positions, packed_causal_attention(packed.offsets));
-  at::Tensor rows_hidden = hidden.index_select(0, packed.rows);
-  // Chunk rows so one float32 logits chunk stays near 64 MiB: 64 MiB / (4 V)
-  // rows (e.g. 110 rows at V = 151,936).
-  const int64_t chunk = std::max<int64_t>(1, (int64_t{64} << 20) / (4 * V));
   std::vector<float> lp(R), ent(R);
-  for (int64_t a = 0; a < R; a += chunk) {
-    const int64_t b = std::min(R, a + chunk);
-    at::Tensor logits = model.logits(rows_hidden.slice(0, a, b)).to(at::kFloat).contiguous();
-    kernels::Logits L{logits.data_ptr<float>(), kernels::DType::F32, b - a, V};
-    kernels::logits_stats(nullptr, ent.data() + a, nullptr, lp.data() + a, L, packed.targets.data() + a, temperature,
-                          threads);
-  }
+  score_rows(lp.data(), ent.data(), model, hidden.index_select(0, packed.rows), packed.targets.data(), temperature, threads);
   for (int64_t r = 0; r < R; ++r) {
     out.logprobs[packed.target_index[r]] = lp[r];
     out.entropies[packed.target_index[r]] = ent[r];

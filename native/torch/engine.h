@@ -108,6 +108,11 @@ struct TokenStats {
 // one no-grad forward, then logits in row chunks through kernels::logits_stats
 // (so no (N, V) buffer is held at once).
 TokenStats score_sequences(const Model& model, const PackedSequences& packed, float temperature, int32_t threads);
+// The LM head and kernels::logits_stats over selected hidden rows (R, hidden)
+// in row chunks of ~64 MiB of logits, no grad: logprobs[r] of targets[r] and
+// entropies[r] (nats), each (R).
+void score_rows(float* logprobs, float* entropies, const Model& model, const at::Tensor& hidden_rows,
+                const int32_t* targets, float temperature, int32_t threads);
 
 struct DecodeResult {
   std::vector<int32_t> tokens;

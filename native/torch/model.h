@@ -113,6 +113,11 @@ class Model {
   // Logits (R, V) in the model dtype for selected hidden rows (R, hidden):
   // final RMSNorm then lm_head (the embedding when tied).
   at::Tensor logits(const at::Tensor& hidden_rows) const;
+  // The two halves of logits(): the final RMSNorm of hidden rows, and the
+  // (V, hidden) LM head weight (the embedding when tied), for callers that
+  // run the head in row chunks.
+  at::Tensor final_norm(const at::Tensor& hidden_rows) const { return rms_norm(hidden_rows, final_norm_); }
+  const at::Tensor& lm_head_weight() const { return lm_head_; }
 
   // RMSNorm as HF computes it: in float32 (float64 for float64 models),
   // y = w * (x / sqrt(mean(x^2) + eps)) cast back to x's dtype.

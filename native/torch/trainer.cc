@@ -74,6 +74,71 @@ struct FusedPolicyLoss : public torch::autograd::Function<FusedPolicyLoss> {
   }
 };
 
+struct HeadLossArgs {
+  const HeadLossInputs* in;
+  kernels::PolicyLossConfig config;
+  int64_t chunk_rows;
+  int32_t threads;
+  kernels::PolicyLossResult* result;
+};
+
+struct ChunkedHeadLoss : public torch::autograd::Function<ChunkedHeadLoss> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor W, const HeadLossArgs* args) {
+    const HeadLossInputs& in = *args->in;
+    const int64_t R = x.size(0), V = W.size(0);
+    // 64 MiB of float32 logits per chunk: 110 rows at V = 151,936, i.e. 1/37
+    // of the (4096, V) buffer of a 4,096-token micro-batch.
+    const int64_t chunk = args->chunk_rows > 0 ? args->chunk_rows : std::max<int64_t>(1, (int64_t{64} << 20) / (4 * V));
+    at::Tensor gx = at::empty_like(x), gW = at::zeros_like(W);
+    double loss = 0, pg = 0, clip = 0, clip_lower = 0, ppo_kl = 0, ent = 0, kl = 0, tokens = 0;
+    auto at_row = [](const auto& v, int64_t a) { return v.empty() ? nullptr : v.data() + a; };
+    for (int64_t a = 0; a < R; a += chunk) {
+      const int64_t b = std::min(R, a + chunk);
+      at::Tensor xc = x.slice(0, a, b);
+      at::Tensor logits = at::linear(xc, W).to(at::kFloat).contiguous();  // (b - a, V)
+      kernels::Logits L{logits.data_ptr<float>(), kernels::DType::F32, b - a, V};
+      kernels::TokenCopySums sums{in.adv_pos.data() + a, in.adv_neg.data() + a, in.weight.data() + a,
+                                  in.count_pos.data() + a, in.count_neg.data() + a, in.count.data() + a};
+      kernels::PolicyLossResult r;
+      kernels::policy_loss_copies(&r, logits.data_ptr<float>(), nullptr, nullptr, L, in.targets.data() + a,
+                                  at_row(in.old_logprobs, a), sums, in.num_seqs, at_row(in.ref_logprobs, a),
+                                  args->config, args->threads);
+      at::Tensor g = logits.to(x.scalar_type());  // d loss / d logits of the chunk (in place of the logits)
+      gx.slice(0, a, b).copy_(at::mm(g, W));
+      gW.addmm_(g.t(), xc);
+      loss += r.loss;
+      pg += r.pg_loss;
+      clip += r.pg_clipfrac * r.tokens;
+      clip_lower += r.pg_clipfrac_lower * r.tokens;
+      ppo_kl += r.ppo_kl * r.tokens;
+      ent += r.entropy * r.tokens;
+      kl += r.kl * r.tokens;
+      tokens += r.tokens;
+    }
+    kernels::PolicyLossResult& res = *args->result;
+    res = kernels::PolicyLossResult{};
+    res.loss = loss;
+    res.pg_loss = pg;
+    res.tokens = tokens;
+    if (tokens != 0) {
+      res.pg_clipfrac = clip / tokens;
+      res.pg_clipfrac_lower = clip_lower / tokens;
+      res.ppo_kl = ppo_kl / tokens;
+      res.entropy = ent / tokens;
+      res.kl = kl / tokens;
+    }
+    ctx->saved_data["gx"] = gx;
+    ctx->saved_data["gW"] = gW;
+    return at::scalar_tensor(loss, at::kDouble);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    at::Tensor gx = ctx->saved_data["gx"].toTensor(), gW = ctx->saved_data["gW"].toTensor();
+    return {gx * grad_outputs[0].to(gx.scalar_type()), gW * grad_outputs[0].to(gW.scalar_type()), at::Tensor()};
+  }
+};
+
 double denominator_for(const kernels::PolicyLossConfig& cfg, LossMode mode, double masked_tokens, double sequences) {
   if (cfg.denominator > 0) return cfg.denominator;
   if (mode == LossMode::SFT) return masked_tokens;
@@ -112,6 +177,27 @@ at::Tensor fused_policy_loss(const at::Tensor& logits, const std::vector<int32_t
     throw ModelError("policy loss: kl_coef is " + std::to_string(config.kl_coef) + " but no reference logprobs were given");
   LossArgs args{&targets, &old_logprobs, &advantages, &mask, &seq_ids, num_seqs, &ref_logprobs, config, mode, threads, result};
   return FusedPolicyLoss::apply(logits, &args);
+}
+
+at::Tensor chunked_head_loss(const at::Tensor& x, const at::Tensor& W, const HeadLossInputs& in,
+                             const kernels::PolicyLossConfig& config, int64_t chunk_rows, int32_t threads,
+                             kernels::PolicyLossResult* result) {
+  const size_t R = static_cast<size_t>(x.size(0));
+  auto check = [&](size_t n, const char* name, bool required) {
+    if ((required || n != 0) && n != R)
+      throw ModelError(std::string("head loss: expected ") + std::to_string(R) + " values for " + name +
+                       " but received " + std::to_string(n));
+  };
+  check(in.targets.size(), "targets", true);
+  check(in.old_logprobs.size(), "old_logprobs", false);
+  check(in.ref_logprobs.size(), "ref_logprobs", false);
+  for (const auto* v : {&in.adv_pos, &in.adv_neg, &in.weight, &in.count_pos, &in.count_neg, &in.count})
+    check(v->size(), "the copy sums", true);
+  if (x.dim() != 2 || W.dim() != 2 || x.size(1) != W.size(1))
+    throw ModelError("head loss: expected rows (R, H) and a head weight (V, H) but received " + shape_string(x.sizes()) +
+                     " and " + shape_string(W.sizes()));
+  HeadLossArgs args{&in, config, chunk_rows, threads, result};
+  return ChunkedHeadLoss::apply(x, W, &args);
 }
 
 double scheduled_lr(const OptimConfig& c, int64_t step) {
@@ -196,6 +282,56 @@ void AdamW::load_state(const NamedTensors& state) {
 
 // ---------------------------------------------------------------- train_step
 
+namespace {
+
+// The end of a step, shared by both forms: metric means, the global gradient
+// norm (torch.nn.utils.clip_grad_norm_, L2 over all parameters), clipping,
+// AdamW at the scheduled lr (a non-finite norm skips the update, as verl
+// does), gradients cleared.
+void finish_step(Model& model, AdamW& optimizer, const OptimConfig& optim, TrainMetrics& m) {
+  if (m.tokens > 0) {
+    m.pg_clipfrac /= m.tokens;
+    m.pg_clipfrac_lower /= m.tokens;
+    m.ppo_kl /= m.tokens;
+    m.entropy /= m.tokens;
+    m.kl /= m.tokens;
+  }
+  const NamedTensors& params = model.named_tensors();
+  at::NoGradGuard no_grad;
+  double sq = 0;
+  for (const auto& [name, p] : params)
+    if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+  m.grad_norm = std::sqrt(sq);
+  m.lr = scheduled_lr(optim, optimizer.steps());
+  if (!std::isfinite(m.grad_norm)) {
+    m.skipped = true;  // as verl: a non-finite gradient skips the update
+  } else {
+    if (optim.max_grad_norm > 0 && m.grad_norm > optim.max_grad_norm) {
+      const double coef = optim.max_grad_norm / (m.grad_norm + 1e-6);
+      for (const auto& [name, p] : params)
+        if (p.grad().defined()) p.grad().mul_(coef);
+    }
+    optimizer.step(params, m.lr, optim);
+  }
+  for (const auto& [name, p] : params) p.mutable_grad() = at::Tensor();
+  m.step = optimizer.steps();
+}
+
+// Adds one loss call's result to the step's sums (metrics weighted by tokens).
+void accumulate(TrainMetrics& m, const kernels::PolicyLossResult& res) {
+  m.loss += res.loss;
+  m.pg_loss += res.pg_loss;
+  m.pg_clipfrac += res.pg_clipfrac * res.tokens;
+  m.pg_clipfrac_lower += res.pg_clipfrac_lower * res.tokens;
+  m.ppo_kl += res.ppo_kl * res.tokens;
+  m.entropy += res.entropy * res.tokens;
+  m.kl += res.kl * res.tokens;
+  m.tokens += res.tokens;
+}
+
+}  // namespace
+
+
 TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroBatch>& batches,
                         kernels::PolicyLossConfig loss_config, LossMode mode, const OptimConfig& optim,
                         const Model* reference, int32_t threads) {
@@ -232,7 +368,6 @@ TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroB
   for (const auto& [name, p] : params) p.mutable_grad() = at::Tensor();
 
   TrainMetrics m;
-  double weighted_tokens = 0;
   for (size_t b = 0; b < batches.size(); ++b) {
     const MicroBatch& mb = batches[b];
     const PackedSequences& pk = packed[b];
@@ -261,43 +396,104 @@ TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroB
     at::Tensor loss = fused_policy_loss(logits, pk.targets, old_lp, adv, mask, pk.seq_of_row,
                                         static_cast<int64_t>(mb.lengths.size()), ref_lp, loss_config, mode, threads, &res);
     loss.backward();
-    m.loss += res.loss;
-    m.pg_loss += res.pg_loss;
-    m.pg_clipfrac += res.pg_clipfrac * res.tokens;
-    m.pg_clipfrac_lower += res.pg_clipfrac_lower * res.tokens;
-    m.ppo_kl += res.ppo_kl * res.tokens;
-    m.entropy += res.entropy * res.tokens;
-    m.kl += res.kl * res.tokens;
-    weighted_tokens += res.tokens;
+    accumulate(m, res);
   }
-  if (weighted_tokens > 0) {
-    m.pg_clipfrac /= weighted_tokens;
-    m.pg_clipfrac_lower /= weighted_tokens;
-    m.ppo_kl /= weighted_tokens;
-    m.entropy /= weighted_tokens;
-    m.kl /= weighted_tokens;
-  }
-  m.tokens = weighted_tokens;
 
-  // Global gradient norm (torch.nn.utils.clip_grad_norm_, L2 over all parameters).
-  at::NoGradGuard no_grad;
-  double sq = 0;
-  for (const auto& [name, p] : params)
-    if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
-  m.grad_norm = std::sqrt(sq);
-  m.lr = scheduled_lr(optim, optimizer.steps());
-  if (!std::isfinite(m.grad_norm)) {
-    m.skipped = true;  // as verl: a non-finite gradient skips the update
-  } else {
-    if (optim.max_grad_norm > 0 && m.grad_norm > optim.max_grad_norm) {
-      const double coef = optim.max_grad_norm / (m.grad_norm + 1e-6);
-      for (const auto& [name, p] : params)
-        if (p.grad().defined()) p.grad().mul_(coef);
+  finish_step(model, optimizer, optim, m);
+  return m;
+}
+
+TrainMetrics train_tree_step(Model& model, AdamW& optimizer, const std::vector<TreeMicroBatch>& batches,
+                             kernels::PolicyLossConfig loss_config, const OptimConfig& optim, const Model* reference,
+                             int32_t threads, int64_t chunk_rows) {
+  const ModelConfig& c = model.config();
+  if (batches.empty()) throw ModelError("trainTreeStep: expected at least one micro-batch");
+  const bool need_ref = loss_config.kl_coef != 0;
+
+  // Pack and validate everything before any gradient is touched.
+  std::vector<PackedTree> packed;
+  double masked_tokens = 0, sequences = 0;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const TreeMicroBatch& mb = batches[b];
+    const std::string what = "trainTreeStep micro-batch " + std::to_string(b);
+    packed.push_back(pack_tree(mb.tokens, mb.parent, mb.node_tokens, c.vocab_size, c.max_position_embeddings, what.c_str()));
+    const size_t N = mb.tokens.size();
+    auto check = [&](size_t n, const char* name, bool required) {
+      if ((required || n != 0) && n != N)
+        throw ModelError(what + ": expected " + std::to_string(N) + " values for " + name + " but received " +
+                         std::to_string(n));
+    };
+    check(mb.old_logprobs.size(), "oldLogprobs", true);
+    check(mb.ref_logprobs.size(), "refLogprobs", false);
+    check(mb.adv_pos.size(), "advPos", true);
+    check(mb.adv_neg.size(), "advNeg", true);
+    check(mb.weight.size(), "weight", true);
+    check(mb.count_pos.size(), "countPos", true);
+    check(mb.count_neg.size(), "countNeg", true);
+    check(mb.count.size(), "count", true);
+    if (mb.sequences < 0) throw ModelError(what + ": sequences must be >= 0, got " + std::to_string(mb.sequences));
+    if (need_ref && mb.ref_logprobs.empty() && reference == nullptr)
+      throw ModelError(what + ": kl_coef is nonzero but neither refLogprobs nor a reference model is available");
+    const PackedTree& pk = packed.back();
+    for (size_t i = 0; i < N; ++i) {
+      const bool live = mb.adv_pos[i] != 0 || mb.adv_neg[i] != 0 || mb.weight[i] != 0 || mb.count[i] != 0;
+      if (live && pk.row_of_token[i] < 0)
+        throw ModelError(what + ": token " + std::to_string(i) +
+                         " starts a root (it is predicted by nothing) but carries loss terms");
+      masked_tokens += mb.count[i];
     }
-    optimizer.step(params, m.lr, optim);
+    sequences += static_cast<double>(mb.sequences);
   }
+  loss_config.denominator = denominator_for(loss_config, LossMode::Policy, masked_tokens, sequences);
+
+  const NamedTensors& params = model.named_tensors();
+  model.set_requires_grad(true);
   for (const auto& [name, p] : params) p.mutable_grad() = at::Tensor();
-  m.step = optimizer.steps();
+
+  TrainMetrics m;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const TreeMicroBatch& mb = batches[b];
+    const PackedTree& pk = packed[b];
+    // Only targets that carry loss terms go through the LM head.
+    HeadLossInputs in;
+    std::vector<int64_t> rows;
+    std::vector<uint8_t> live(pk.tokens(), 0);
+    for (size_t r = 0; r < pk.target_index.size(); ++r) {
+      const int64_t i = pk.target_index[r];
+      if (mb.adv_pos[i] == 0 && mb.adv_neg[i] == 0 && mb.weight[i] == 0 && mb.count[i] == 0) continue;
+      live[i] = 1;
+      rows.push_back(pk.target_row[r]);
+      in.targets.push_back(pk.targets[r]);
+      in.old_logprobs.push_back(mb.old_logprobs[i]);
+      in.adv_pos.push_back(mb.adv_pos[i]);
+      in.adv_neg.push_back(mb.adv_neg[i]);
+      in.weight.push_back(mb.weight[i]);
+      in.count_pos.push_back(mb.count_pos[i]);
+      in.count_neg.push_back(mb.count_neg[i]);
+      in.count.push_back(mb.count[i]);
+    }
+    if (rows.empty()) continue;  // context only: no loss term, no gradient
+    in.num_seqs = static_cast<int64_t>(sequences);
+    if (need_ref) {
+      if (!mb.ref_logprobs.empty()) {
+        for (size_t r = 0; r < pk.target_index.size(); ++r)
+          if (live[pk.target_index[r]]) in.ref_logprobs.push_back(mb.ref_logprobs[pk.target_index[r]]);
+      } else {
+        TokenStats ref = score_tree(*reference, pk, loss_config.temperature, threads, live);
+        for (size_t r = 0; r < pk.target_index.size(); ++r)
+          if (live[pk.target_index[r]]) in.ref_logprobs.push_back(ref.logprobs[pk.target_index[r]]);
+      }
+    }
+    at::Tensor hidden = model.forward_hidden(pk.ids, pk.positions, tree_attention(pk));
+    at::Tensor row_t = at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, at::kLong).clone();
+    at::Tensor x = model.final_norm(hidden.index_select(0, row_t));
+    kernels::PolicyLossResult res;
+    at::Tensor loss = chunked_head_loss(x, model.lm_head_weight(), in, loss_config, chunk_rows, threads, &res);
+    loss.backward();
+    accumulate(m, res);
+  }
+
+  finish_step(model, optimizer, optim, m);
   return m;
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "torch/engine.h"
 #include "torch/model.h"
+#include "torch/tree.h"
 
 namespace arpo {
 namespace model {
@@ -28,6 +29,24 @@ struct MicroBatch {
   std::vector<float> advantages;      // (N) policy loss only
   std::vector<float> mask;            // (N)
   std::vector<float> ref_logprobs;    // (N) or empty: computed by the reference model when kl_coef != 0
+};
+
+// One micro-batch of packed rollout trees (torch/tree.h) for the policy loss:
+// every shared token once. Per-token arrays are aligned to `tokens`: entry i
+// concerns token i as a target, predicted from the tokens before it on its
+// path (a root's first token is never one). The copy sums are those of
+// kernels::policy_loss_copies, before the aggregation's denominator; a token
+// whose sums are all 0 is context (the prompt, tool results, or ancestors
+// whose loss terms another micro-batch of the same step carries): it is
+// computed, with gradient, but adds no loss term of its own.
+struct TreeMicroBatch {
+  std::vector<int32_t> tokens;       // (N) the nodes' tokens, node after node
+  std::vector<int32_t> parent;       // (K) -1 for roots, else an earlier node
+  std::vector<int64_t> node_tokens;  // (K) tokens per node
+  std::vector<float> old_logprobs;   // (N)
+  std::vector<float> ref_logprobs;   // (N) or empty: computed by the reference model when kl_coef != 0
+  std::vector<double> adv_pos, adv_neg, weight, count_pos, count_neg, count;  // (N) each
+  int64_t sequences = 0;             // trajectories whose loss terms it carries (seq-mean denominators)
 };
 
 enum class LossMode { Policy, SFT };
@@ -90,6 +109,27 @@ at::Tensor fused_policy_loss(const at::Tensor& logits, const std::vector<int32_t
                              const std::vector<float>& ref_logprobs, const kernels::PolicyLossConfig& config,
                              LossMode mode, int32_t threads, kernels::PolicyLossResult* result);
 
+// Per-row inputs of chunked_head_loss (R rows each; old_logprobs and
+// ref_logprobs may be empty: ratio 1, no KL).
+struct HeadLossInputs {
+  std::vector<int32_t> targets;
+  std::vector<float> old_logprobs, ref_logprobs;
+  std::vector<double> adv_pos, adv_neg, weight, count_pos, count_neg, count;
+  int64_t num_seqs = 0;
+};
+
+// The LM head fused with the copies loss (Liger's fused linear cross-entropy
+// pattern), as an autograd node over normed hidden rows x (R, hidden) and the
+// head weight W (V, hidden): per chunk of `chunk_rows` rows (0: ~64 MiB of
+// float32 logits), logits = x_c W^T -> kernels::policy_loss_copies writes
+// d loss / d logits in place -> d x_c = g W and d W += g^T x_c. The forward
+// keeps only those two gradients (the size of x and of W's gradient), never a
+// logits buffer beyond one chunk. `config.denominator` must be the full
+// batch's. `result` gets the loss and the metrics as means over its tokens.
+at::Tensor chunked_head_loss(const at::Tensor& x, const at::Tensor& W, const HeadLossInputs& inputs,
+                             const kernels::PolicyLossConfig& config, int64_t chunk_rows, int32_t threads,
+                             kernels::PolicyLossResult* result);
+
 // One optimiser step: per micro-batch forward + fused loss + backward
 // (gradients accumulate; the loss denominator is the full batch's unless
 // config.denominator is set), gradient clipping to max_grad_norm, AdamW at
@@ -98,6 +138,17 @@ at::Tensor fused_policy_loss(const at::Tensor& logits, const std::vector<int32_t
 TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroBatch>& batches,
                         kernels::PolicyLossConfig loss_config, LossMode mode, const OptimConfig& optim,
                         const Model* reference, int32_t threads);
+
+// train_step on packed trees: per micro-batch one forward of the forest
+// (ancestor attention), the LM head and copies loss over the rows of its
+// loss-carrying targets only (chunked_head_loss), backward; then the same
+// clipping and AdamW. Denominators are the step's: token-mean sum(count) over
+// every micro-batch, seq-mean-* the sum of `sequences`. Equals train_step on
+// the flattened trajectories (tests: native/test/torch/tree_test.cc).
+// `chunk_rows` as for chunked_head_loss.
+TrainMetrics train_tree_step(Model& model, AdamW& optimizer, const std::vector<TreeMicroBatch>& batches,
+                             kernels::PolicyLossConfig loss_config, const OptimConfig& optim, const Model* reference,
+                             int32_t threads, int64_t chunk_rows = 0);
 
 }  // namespace model
 }  // namespace arpo

@@ -18,6 +18,7 @@
 #include "torch/model.h"
 #include "torch/safetensors.h"
 #include "torch/trainer.h"
+#include "torch/tree.h"
 
 namespace arpo {
 namespace napi {
@@ -124,6 +125,11 @@ std::vector<float> f32s(const Napi::Value& v, const char* name) {
   if (v.IsUndefined() || v.IsNull()) return {};
   return typed<float, napi_float32_array>(v, name);
 }
+std::vector<double> f64s(const Napi::Value& v, const char* name) { return typed<double, napi_float64_array>(v, name); }
+std::vector<uint8_t> u8s(const Napi::Value& v, const char* name) {
+  if (v.IsUndefined() || v.IsNull()) return {};
+  return typed<uint8_t, napi_uint8_array>(v, name);
+}
 std::vector<int64_t> lengths_of(const Napi::Value& v, const char* name) {
   std::vector<int32_t> l = i32s(v, name);
   return std::vector<int64_t>(l.begin(), l.end());
@@ -203,6 +209,23 @@ model::OptimConfig read_optim(const Napi::Object& o) {
   return c;
 }
 
+Napi::Object metrics_object(Napi::Env e, const model::TrainMetrics& m) {
+  Napi::Object o = Napi::Object::New(e);
+  o.Set("loss", m.loss);
+  o.Set("pgLoss", m.pg_loss);
+  o.Set("pgClipfrac", m.pg_clipfrac);
+  o.Set("pgClipfracLower", m.pg_clipfrac_lower);
+  o.Set("ppoKl", m.ppo_kl);
+  o.Set("entropy", m.entropy);
+  o.Set("kl", m.kl);
+  o.Set("gradNorm", m.grad_norm);
+  o.Set("lr", m.lr);
+  o.Set("tokens", m.tokens);
+  o.Set("step", static_cast<double>(m.step));
+  o.Set("skipped", m.skipped);
+  return o;
+}
+
 // ---- the class
 
 class NativeModel : public Napi::ObjectWrap<NativeModel> {
@@ -224,6 +247,9 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
                            InstanceMethod("logprobs", &NativeModel::Logprobs),
                            InstanceMethod("forwardLogits", &NativeModel::ForwardLogits),
                            InstanceMethod("trainStep", &NativeModel::TrainStep),
+                           InstanceMethod("treeLogprobs", &NativeModel::TreeLogprobs),
+                           InstanceMethod("forwardTreeLogits", &NativeModel::ForwardTreeLogits),
+                           InstanceMethod("trainTreeStep", &NativeModel::TrainTreeStep),
                            InstanceMethod("snapshotReference", &NativeModel::SnapshotReference),
                            InstanceMethod("cacheStats", &NativeModel::CacheStats),
                            InstanceMethod("setThreads", &NativeModel::SetThreads),
@@ -451,6 +477,54 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
         [out](Napi::Env e) { return float_array(e, out->data_ptr<float>(), out->numel()); });
   }
 
+  // treeLogprobs(tokens, parent, nodeTokens, temperature, wanted?, reference?) ->
+  // {logprobs, entropies} aligned to the packed tokens (0 where a token is no
+  // target or not wanted): the policy's, or the frozen reference's.
+  Napi::Value TreeLogprobs(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto tokens = i32s(info[0], "tokens");
+    auto parent = i32s(info[1], "parent");
+    auto node_tokens = lengths_of(info[2], "nodeTokens");
+    if (!info[3].IsNumber()) type_error(env, "expected a number for temperature");
+    const float temperature = static_cast<float>(info[3].As<Napi::Number>().DoubleValue());
+    auto wanted = u8s(info[4], "wanted");
+    const bool use_reference = info[5].IsBoolean() && info[5].As<Napi::Boolean>().Value();
+    auto out = std::make_shared<model::TokenStats>();
+    return queue(
+        env,
+        [tokens, parent, node_tokens, temperature, wanted, use_reference, out](ModelState& s) {
+          if (use_reference && !s.reference) s.reference = std::make_unique<Model>(s.model->clone(s.model->dtype()));
+          const Model& m = use_reference ? *s.reference : *s.model;
+          const auto& c = m.config();
+          auto tree = model::pack_tree(tokens, parent, node_tokens, c.vocab_size, c.max_position_embeddings, "treeLogprobs");
+          *out = model::score_tree(m, tree, temperature, s.threads, wanted);
+        },
+        [out](Napi::Env e) {
+          Napi::Object o = Napi::Object::New(e);
+          o.Set("logprobs", float_array(e, out->logprobs.data(), out->logprobs.size()));
+          o.Set("entropies", float_array(e, out->entropies.data(), out->entropies.size()));
+          return o;
+        });
+  }
+
+  // forwardTreeLogits(tokens, parent, nodeTokens) -> Float32Array (N * V): every packed token's logits (tests).
+  Napi::Value ForwardTreeLogits(const Napi::CallbackInfo& info) {
+    auto tokens = i32s(info[0], "tokens");
+    auto parent = i32s(info[1], "parent");
+    auto node_tokens = lengths_of(info[2], "nodeTokens");
+    auto out = std::make_shared<at::Tensor>();
+    return queue(
+        info.Env(),
+        [tokens, parent, node_tokens, out](ModelState& s) {
+          at::NoGradGuard g;
+          const auto& c = s.model->config();
+          auto t = model::pack_tree(tokens, parent, node_tokens, c.vocab_size, c.max_position_embeddings, "forwardTreeLogits");
+          at::Tensor h = s.model->forward_hidden(t.ids, t.positions, model::tree_attention(t));
+          *out = s.model->logits(h).to(at::kFloat).contiguous();
+        },
+        [out](Napi::Env e) { return float_array(e, out->data_ptr<float>(), out->numel()); });
+  }
+
   // trainStep(batches, lossConfig, optimConfig, mode) -> metrics
   Napi::Value TrainStep(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -481,22 +555,47 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
             s.reference = std::make_unique<Model>(s.model->clone(s.model->dtype()));
           *m = model::train_step(*s.model, *s.optimizer, batches, loss, mode, optim, s.reference.get(), s.threads);
         },
-        [m](Napi::Env e) {
-          Napi::Object o = Napi::Object::New(e);
-          o.Set("loss", m->loss);
-          o.Set("pgLoss", m->pg_loss);
-          o.Set("pgClipfrac", m->pg_clipfrac);
-          o.Set("pgClipfracLower", m->pg_clipfrac_lower);
-          o.Set("ppoKl", m->ppo_kl);
-          o.Set("entropy", m->entropy);
-          o.Set("kl", m->kl);
-          o.Set("gradNorm", m->grad_norm);
-          o.Set("lr", m->lr);
-          o.Set("tokens", m->tokens);
-          o.Set("step", static_cast<double>(m->step));
-          o.Set("skipped", m->skipped);
-          return o;
-        });
+        [m](Napi::Env e) { return metrics_object(e, *m); });
+  }
+
+  // trainTreeStep(batches, lossConfig, optimConfig) -> metrics: batches of
+  // packed trees {tokens, parent, nodeTokens, oldLogprobs, refLogprobs?,
+  // advPos, advNeg, weight, countPos, countNeg, count (Float64Array), sequences}.
+  Napi::Value TrainTreeStep(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsArray() || !info[1].IsObject() || !info[2].IsObject())
+      type_error(env, "trainTreeStep(batches, lossConfig, optimConfig)");
+    Napi::Array arr = info[0].As<Napi::Array>();
+    std::vector<model::TreeMicroBatch> batches;
+    for (uint32_t i = 0; i < arr.Length(); ++i) {
+      Napi::Object b = arr.Get(i).As<Napi::Object>();
+      model::TreeMicroBatch mb;
+      mb.tokens = i32s(b.Get("tokens"), "tokens");
+      mb.parent = i32s(b.Get("parent"), "parent");
+      mb.node_tokens = lengths_of(b.Get("nodeTokens"), "nodeTokens");
+      mb.old_logprobs = f32s(b.Get("oldLogprobs"), "oldLogprobs");
+      mb.ref_logprobs = f32s(b.Get("refLogprobs"), "refLogprobs");
+      mb.adv_pos = f64s(b.Get("advPos"), "advPos");
+      mb.adv_neg = f64s(b.Get("advNeg"), "advNeg");
+      mb.weight = f64s(b.Get("weight"), "weight");
+      mb.count_pos = f64s(b.Get("countPos"), "countPos");
+      mb.count_neg = f64s(b.Get("countNeg"), "countNeg");
+      mb.count = f64s(b.Get("count"), "count");
+      mb.sequences = static_cast<int64_t>(num(b, "sequences"));
+      batches.push_back(std::move(mb));
+    }
+    const kernels::PolicyLossConfig loss = read_loss(info[1].As<Napi::Object>());
+    const model::OptimConfig optim = read_optim(info[2].As<Napi::Object>());
+    const int64_t chunk_rows = info[3].IsNumber() ? info[3].As<Napi::Number>().Int64Value() : 0;
+    auto m = std::make_shared<model::TrainMetrics>();
+    return queue(
+        env,
+        [batches = std::move(batches), loss, optim, chunk_rows, m](ModelState& s) {
+          if (!s.optimizer) s.optimizer = std::make_unique<model::AdamW>(s.model->named_tensors());
+          if (loss.kl_coef != 0 && !s.reference) s.reference = std::make_unique<Model>(s.model->clone(s.model->dtype()));
+          *m = model::train_tree_step(*s.model, *s.optimizer, batches, loss, optim, s.reference.get(), s.threads, chunk_rows);
+        },
+        [m](Napi::Env e) { return metrics_object(e, *m); });
   }
 
   // snapshotReference(): the frozen KL reference becomes a copy of the current weights.
