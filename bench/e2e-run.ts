@@ -8,7 +8,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { demoRunConfig } from '../lib/cli/demo';
-import { PolicyModel, type TrainSequence } from '../lib/model/policy-model';
+import { PolicyModel, type TrainSequence, type TrainTreeBatch } from '../lib/model/policy-model';
 import { evaluate } from '../lib/train/evaluate';
 import { readMetrics } from '../lib/train/metrics';
 import { train } from '../lib/train/trainer';
@@ -25,7 +25,7 @@ export interface E2ERunSpec {
 
 export interface TrainStepCost {
   calls: number;
-  /** Tokens (prompt + response, all micro-batches) passed to trainStep. */
+  /** Tokens computed by the update (prompt + response, all micro-batches): flattened sequences, or each packed tree's unique tokens. */
   tokens: number;
   seconds: number;
   /** Largest RSS rise above the RSS at the call's start, sampled every 5 ms while the native step runs. */
@@ -44,28 +44,38 @@ export interface E2ERunResult {
 }
 
 /**
- * Wraps PolicyModel.prototype.trainStep to count its tokens and time and to
- * sample the process RSS while the step runs off the JS thread.
+ * Wraps PolicyModel.prototype.trainStep and trainTreeStep (train.packing flat
+ * or tree) to count the tokens they compute and their time, and to sample the
+ * process RSS while the step runs off the JS thread.
  */
 function instrumentTrainStep(cost: TrainStepCost): void {
-  const original = PolicyModel.prototype.trainStep;
-  PolicyModel.prototype.trainStep = async function (this: PolicyModel, micro: ReadonlyArray<readonly TrainSequence[]>, options) {
-    const mode = options?.mode ?? 'policy';
-    if (mode !== 'policy') return original.call(this, micro, options);
+  const timed = async <T>(tokens: number, run: () => Promise<T>): Promise<T> => {
     const base = process.memoryUsage.rss();
     let peak = base;
     const timer = setInterval(() => (peak = Math.max(peak, process.memoryUsage.rss())), 5);
     const t0 = process.hrtime.bigint();
     try {
-      return await original.call(this, micro, options);
+      return await run();
     } finally {
       clearInterval(timer);
       peak = Math.max(peak, process.memoryUsage.rss());
       cost.seconds += Number(process.hrtime.bigint() - t0) / 1e9;
       cost.calls++;
-      for (const mb of micro) for (const s of mb) cost.tokens += s.tokens.length;
+      cost.tokens += tokens;
       cost.peakExtraRssBytes = Math.max(cost.peakExtraRssBytes, peak - base);
     }
+  };
+  const flat = PolicyModel.prototype.trainStep;
+  PolicyModel.prototype.trainStep = async function (this: PolicyModel, micro: ReadonlyArray<readonly TrainSequence[]>, options) {
+    if ((options?.mode ?? 'policy') !== 'policy') return flat.call(this, micro, options);
+    let tokens = 0;
+    for (const mb of micro) for (const s of mb) tokens += s.tokens.length;
+    return timed(tokens, () => flat.call(this, micro, options));
+  };
+  const tree = PolicyModel.prototype.trainTreeStep;
+  PolicyModel.prototype.trainTreeStep = async function (this: PolicyModel, batches: readonly TrainTreeBatch[], options) {
+    const tokens = batches.reduce((a, b) => a + b.tokens.length, 0);
+    return timed(tokens, () => tree.call(this, batches, options));
   };
 }
 

@@ -6,9 +6,10 @@
 //   recompute + one update) with packing flat and tree, alternated rep by rep
 //   on the same scored rollout: seconds of each part, peak RSS rise, and the
 //   unique / flattened token counts (prompt included).
-// kind "head": one update on a single 4,096-token sequence of a one-layer model
-//   with the real Qwen3 vocabulary (V = 151,936), flat (a (T, V) logits
-//   buffer) or tree (the chunked LM head + loss): seconds and peak RSS rise.
+// kind "head": one update on a micro-batch of 4,096 tokens (8 sequences) of a
+//   one-layer model with the real Qwen3 vocabulary (V = 151,936), flat (a
+//   (T, V) logits buffer) or tree (the chunked LM head + loss): seconds and
+//   peak RSS rise.
 //
 //   ts-node --transpile-only bench/packing-run.ts '<json PackingRunSpec>'
 import * as fs from 'fs';
@@ -166,21 +167,28 @@ async function runHead(spec: Extract<PackingRunSpec, { kind: 'head' }>): Promise
     num_attention_heads: 4, num_key_value_heads: 2, head_dim: spec.hidden / 4, max_position_embeddings: spec.tokens, tie_word_embeddings: true,
   });
   const model = await PolicyModel.create(config, { seed: 1, threads: 0 });
+  // The micro-batch: 8 sequences of T / 8 tokens (short enough that attention's T x T buffers stay small
+  // next to the logits), as 8 trees of one node each on the packed side.
   const T = spec.tokens;
+  const S = 8;
+  const n = T / S;
   let s = 12345;
   const rand = (): number => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32);
   const tokens = Int32Array.from({ length: T }, () => Math.floor(rand() * spec.vocab));
-  const mask = Float32Array.from({ length: T }, (_, i) => (i < 64 ? 0 : 1));
+  const mask = Float32Array.from({ length: T }, (_, i) => (i % n < 32 ? 0 : 1)); // a 32-token prompt per sequence
   const adv = Float32Array.from({ length: T }, () => rand() - 0.5);
   const old = new Float32Array(T).fill(-12);
-  const seq: TrainSequence = { tokens, mask, oldLogprobs: old, advantages: adv };
+  const seqs: TrainSequence[] = Array.from({ length: S }, (_, k) => ({
+    tokens: tokens.subarray(k * n, (k + 1) * n), mask: mask.subarray(k * n, (k + 1) * n),
+    oldLogprobs: old.subarray(k * n, (k + 1) * n), advantages: adv.subarray(k * n, (k + 1) * n),
+  }));
   const tree: TrainTreeBatch = {
-    tokens, parent: [-1], nodeTokens: [T], oldLogprobs: old, sequences: 1,
+    tokens, parent: new Int32Array(S).fill(-1), nodeTokens: new Int32Array(S).fill(n), oldLogprobs: old, sequences: S,
     advPos: Float64Array.from(adv, (a, i) => (a > 0 ? mask[i]! * a : 0)), advNeg: Float64Array.from(adv, (a, i) => (a < 0 ? mask[i]! * a : 0)),
     weight: Float64Array.from(mask), countPos: Float64Array.from(adv, (a, i) => (a > 0 ? mask[i]! : 0)),
     countNeg: Float64Array.from(adv, (a, i) => (a < 0 ? mask[i]! : 0)), count: Float64Array.from(mask),
   };
-  const step = () => (spec.variant === 'flat' ? model.trainStep([[seq]], { optimizer: { lr: 1e-5 } }) : model.trainTreeStep([tree], { optimizer: { lr: 1e-5 } }));
+  const step = () => (spec.variant === 'flat' ? model.trainStep([seqs], { optimizer: { lr: 1e-5 } }) : model.trainTreeStep([tree], { optimizer: { lr: 1e-5 } }));
   await step(); // creates the AdamW moments, so the measured steps allocate only the loss path and the gradients
   const seconds: number[] = [];
   let peak = 0;

@@ -13,5 +13,5 @@ export type { StopMatch, StopMatcherOptions } from './stop';
 export { PolicyModel, optimizerConfig } from './policy-model';
 export type {
   ComputeDType, PolicyModelOptions, SaveOptions, TrainSequence, Schedule, OptimizerSettings, TrainStepOptions, TrainMetrics,
-  SequenceScores, GenerateOptions, Generation, CacheStats,
+  SequenceScores, GenerateOptions, Generation, CacheStats, PackedForest, TrainTreeBatch, TrainTreeStepOptions,
 } from './policy-model';
