@@ -3,7 +3,7 @@
 // on the demo world. Prints one markdown report and writes it, with the JSON of
 // every number, to bench/results/.
 //
-//   npm run bench [-- --quick] [--only kernels|e2e|packing] [--seeds 1,2,3] [--steps N] [--out DIR]
+//   npm run bench [-- --quick] [--only kernels|e2e|packing|determinism] [--seeds 1,2,3] [--steps N] [--out DIR]
 //
 // --quick: fewer shapes and reps, one SFT checkpoint with fewer epochs, 2 seeds x 2 steps (< 5 min
 // on 2 cores once the addon is built). Caches (SFT checkpoint, a kernels_bench build) live in
@@ -16,6 +16,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { hasTorch } from '../lib/native';
 import { benchCheckpoint, e2eTables, runE2EBench, type E2EResult } from './e2e';
 import { packingTables, runPackingBench, type PackingResult } from './packing';
+import { determinismTables, runDeterminismBench, type DeterminismBench } from './determinism';
 import { kernelTables, runKernelBench, type KernelBenchResult, type Target } from './kernels';
 import { table } from './summary';
 
@@ -73,15 +74,16 @@ async function main(): Promise<void> {
   const program = new Command('bench')
     .description('arpo benchmarks: kernels vs libtorch, ARPO vs trajectory-level GRPO end to end')
     .option('--quick', 'fewer shapes, reps, seeds and steps (< 5 minutes)', false)
-    .option('--only <part>', 'kernels, e2e or packing (default: all)')
+    .option('--only <part>', 'kernels, e2e, packing or determinism (default: all)')
     .option('--seeds <list>', 'e2e seeds, comma-separated (default: 1,2 quick, 1,2,3 full)', seedList)
     .option('--steps <n>', 'e2e training steps per run (default: 2 quick, 8 full)', positiveInt('--steps'))
     .option('--out <dir>', 'results folder', path.join(root, 'bench', 'results'))
     .allowExcessArguments(false);
   program.parse(process.argv);
   const opts = program.opts<{ quick: boolean; only?: string; seeds?: number[]; steps?: number; out: string }>();
-  if (opts.only !== undefined && opts.only !== 'kernels' && opts.only !== 'e2e' && opts.only !== 'packing') {
-    throw new InvalidArgumentError(`Expected kernels, e2e or packing for --only but received ${JSON.stringify(opts.only)}`);
+  const parts = ['kernels', 'e2e', 'packing', 'determinism'];
+  if (opts.only !== undefined && !parts.includes(opts.only)) {
+    throw new InvalidArgumentError(`Expected one of ${parts.join(', ')} for --only but received ${JSON.stringify(opts.only)}`);
   }
   const argv = process.argv.slice(2);
   const env = environment(argv);
@@ -96,6 +98,7 @@ async function main(): Promise<void> {
   let kernels: KernelBenchResult | undefined;
   let e2e: E2EResult | undefined;
   let packing: PackingResult | undefined;
+  let determinism: DeterminismBench | undefined;
   const wants = (part: string): boolean => opts.only === undefined || opts.only === part;
 
   if (wants('kernels')) {
@@ -112,6 +115,12 @@ async function main(): Promise<void> {
       targets.push(...packing.targets);
       sections.push('## Tree-packed training: packing tree vs flat on the e2e trees (issue 13)', packingTables(packing));
     }
+  }
+  if (wants('determinism') && hasTorch()) {
+    const ckpt = await benchCheckpoint({ quick: opts.quick, cacheDir, log });
+    determinism = await runDeterminismBench({ root, envDir: ckpt.envDir, modelDir: ckpt.modelDir, quick: opts.quick, log });
+    targets.push(...determinism.targets);
+    sections.push('## Reproducible rollouts: train.deterministic (issue 17)', determinismTables(determinism));
   }
   if (wants('e2e')) {
     if (!hasTorch()) {
@@ -145,7 +154,7 @@ async function main(): Promise<void> {
   // A partial run (--only) gets its own latest file, so it never replaces a full report's other part.
   const variant = `${opts.quick ? '-quick' : ''}${opts.only ? `-${opts.only}` : ''}`;
   const base = `bench${variant}-${stamp}`;
-  const json = JSON.stringify({ environment: env, options: opts, kernels, packing, e2e: e2e && { ...e2e, raw: e2e.raw.map((r) => ({ spec: r.spec, train: r.train, valid: r.valid, trainStep: r.trainStep, maxRssBytes: r.maxRssBytes, wallSeconds: r.wallSeconds })) }, targets }, null, 2);
+  const json = JSON.stringify({ environment: env, options: opts, kernels, packing, determinism, e2e: e2e && { ...e2e, raw: e2e.raw.map((r) => ({ spec: r.spec, train: r.train, valid: r.valid, trainStep: r.trainStep, maxRssBytes: r.maxRssBytes, wallSeconds: r.wallSeconds })) }, targets }, null, 2);
   // Written under a .tmp name and renamed, so a killed run never leaves half a result.
   for (const [name, text] of [
     [`${base}.md`, markdown],

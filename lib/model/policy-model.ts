@@ -27,6 +27,12 @@ export interface PolicyModelOptions {
   maxBlocks?: number;
   /** load only: also restore optimizer.safetensors when the directory has one (default true). */
   loadOptimizer?: boolean;
+  /**
+   * Batch-invariant decoding (default false): each path's logits, hence its
+   * samples, are bitwise the same whichever paths share an engine call, so a
+   * rollout's numbers do not depend on tool latencies (train.deterministic).
+   */
+  batchInvariant?: boolean;
 }
 
 export interface SaveOptions {
@@ -259,7 +265,8 @@ export class PolicyModel implements GenerationEngine {
 
   private static construct(rawConfig: Record<string, unknown>, source: string, options: PolicyModelOptions | undefined): PolicyModel {
     const o = checkOptions(options, 'options');
-    checkOptionsKeys(o, 'options', ['dtype', 'threads', 'seed', 'blockSize', 'initialBlocks', 'maxBlocks', 'loadOptimizer']);
+    checkOptionsKeys(o, 'options', ['dtype', 'threads', 'seed', 'blockSize', 'initialBlocks', 'maxBlocks', 'loadOptimizer', 'batchInvariant']);
+    if (o.batchInvariant !== undefined && typeof o.batchInvariant !== 'boolean') throw invalidArgument('a boolean', 'options.batchInvariant', o.batchInvariant);
     const config = parseModelConfig(rawConfig, source);
     const dtype = o.dtype ?? 'float32';
     if (!COMPUTE_DTYPES.includes(dtype)) throw invalidArgument(`one of ${COMPUTE_DTYPES.join(', ')}`, 'options.dtype', dtype);
@@ -277,6 +284,7 @@ export class PolicyModel implements GenerationEngine {
     } catch (e) {
       throw modelError('create', e);
     }
+    if (o.batchInvariant) native.setBatchInvariant(true);
     return new PolicyModel(config, { ...rawConfig }, native, dtype);
   }
 
@@ -523,7 +531,7 @@ export class PolicyModel implements GenerationEngine {
     this.sync('setThreads', (n) => n.setThreads(threads));
   }
 
-  info(): { dtype: string; numParameters: number; optimizerSteps: number; hasReference: boolean; threads: number } {
+  info(): { dtype: string; numParameters: number; optimizerSteps: number; hasReference: boolean; threads: number; batchInvariant: boolean } {
     return this.sync('info', (n) => n.info());
   }
 

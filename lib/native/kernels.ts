@@ -349,15 +349,20 @@ export interface TreeReduction {
   nodeCount: Int32Array;
 }
 
-/** Per-node sum / mean / count of the advantages of the leaves beneath it (nodes in topological order). */
-export function treeReduce(parent: ArrayLike<number>, leafNode: ArrayLike<number>, leafAdvantage: ArrayLike<number>): TreeReduction {
+/** Parents in topological order (-1 or an earlier node) and leaf nodes, validated. */
+function treeArrays(parent: ArrayLike<number>, leafNode: ArrayLike<number>): { par: Int32Array; leaves: Int32Array } {
   const N = parent?.length;
   const par = toInt32(parent, 'parent', typeof N === 'number' ? N : -1, -1, INT32_MAX);
   for (let n = 0; n < par.length; n++) {
     if ((par[n] as number) >= n) throw invalidArgument(`-1 or a node index below ${n}`, `parent[${n}]`, par[n]);
   }
   const L = leafNode?.length;
-  const leaves = toInt32(leafNode, 'leafNode', typeof L === 'number' ? L : -1, 0, par.length - 1);
+  return { par, leaves: toInt32(leafNode, 'leafNode', typeof L === 'number' ? L : -1, 0, par.length - 1) };
+}
+
+/** Per-node sum / mean / count of the advantages of the leaves beneath it (nodes in topological order). */
+export function treeReduce(parent: ArrayLike<number>, leafNode: ArrayLike<number>, leafAdvantage: ArrayLike<number>): TreeReduction {
+  const { par, leaves } = treeArrays(parent, leafNode);
   const adv = toFloat32(leafAdvantage, 'leafAdvantage', leaves.length);
   const out: TreeReduction = { nodeSum: new Float32Array(par.length), nodeMean: new Float32Array(par.length), nodeCount: new Int32Array(par.length) };
   callNative('treeReduce', () => loadNative().treeReduce(par, leaves, adv, out.nodeSum, out.nodeMean, out.nodeCount));
@@ -384,13 +389,7 @@ export interface SignedTreeReduction {
 export function treeReduceSigned(
   parent: ArrayLike<number>, leafNode: ArrayLike<number>, leafAdvantage: ArrayLike<number>, leafWeight: ArrayLike<number>,
 ): SignedTreeReduction {
-  const N = parent?.length;
-  const par = toInt32(parent, 'parent', typeof N === 'number' ? N : -1, -1, INT32_MAX);
-  for (let n = 0; n < par.length; n++) {
-    if ((par[n] as number) >= n) throw invalidArgument(`-1 or a node index below ${n}`, `parent[${n}]`, par[n]);
-  }
-  const L = leafNode?.length;
-  const leaves = toInt32(leafNode, 'leafNode', typeof L === 'number' ? L : -1, 0, par.length - 1);
+  const { par, leaves } = treeArrays(parent, leafNode);
   const adv = toFloat64(leafAdvantage, 'leafAdvantage', leaves.length);
   const weight = toFloat64(leafWeight, 'leafWeight', leaves.length);
   for (let l = 0; l < weight.length; l++) if (!((weight[l] as number) >= 0)) throw invalidArgument('a finite weight >= 0', `leafWeight[${l}]`, weight[l]);

@@ -219,6 +219,7 @@ export interface RawModelInfo {
   optimizerSteps: number;
   hasReference: boolean;
   threads: number;
+  batchInvariant: boolean;
 }
 export interface NativeModelInstance {
   initWeights(seed: bigint): Promise<void>;
@@ -247,6 +248,7 @@ export interface NativeModelInstance {
   snapshotReference(): Promise<void>;
   cacheStats(): RawCacheStats;
   setThreads(threads: number): void;
+  setBatchInvariant(on: boolean): void;
   info(): RawModelInfo;
   dispose(): void;
 }

@@ -3,8 +3,17 @@
 import type { RolloutTree } from './tree';
 import type { FinishReason, RolloutMetrics, ToolCallCounts } from './types';
 
-/** Running means of entropy per tool tag. */
-type EntropyMeans = Map<string, { sum: number; n: number }>;
+/**
+ * Entropy values per tool tag, kept until the end: their means are summed in
+ * sorted order, so a metric does not depend on the order in which concurrent
+ * paths reached their tool calls (train.deterministic promises identical metrics).
+ */
+type EntropyMeans = Map<string, number[]>;
+
+/** Sum of `xs` that does not depend on their order (ascending, then left to right). */
+function orderFreeSum(xs: readonly number[]): number {
+  return [...xs].sort((a, b) => a - b).reduce((a, b) => a + b, 0);
+}
 
 export interface MetricsAccumulator extends RolloutMetrics {
   entropyBefore: EntropyMeans;
@@ -13,6 +22,8 @@ export interface MetricsAccumulator extends RolloutMetrics {
   addEntropy(into: EntropyMeans, tag: string, value: number): void;
   /** Records one branch event (its ΔH is averaged at the end). */
   addBranchEvent(tag: string, depth: number, deltaEntropy: number): void;
+  /** The ΔH of every branch event so far. */
+  branchDeltas: number[];
 }
 
 export function emptyMetrics(mode: 'arpo' | 'trajectory'): MetricsAccumulator {
@@ -44,6 +55,7 @@ export function emptyMetrics(mode: 'arpo' | 'trajectory'): MetricsAccumulator {
     toolMs: 0,
     wallMs: 0,
     maxBatchPaths: 0,
+    branchDeltas: [],
     entropyBefore: new Map(),
     entropyAfter: new Map(),
     tool(tag: string): ToolCallCounts {
@@ -53,20 +65,19 @@ export function emptyMetrics(mode: 'arpo' | 'trajectory'): MetricsAccumulator {
       this.branchEvents++;
       this.branchEventsByTool[tag] = (this.branchEventsByTool[tag] ?? 0) + 1;
       this.branchEventsByDepth[depth] = (this.branchEventsByDepth[depth] ?? 0) + 1;
-      this.branchDeltaEntropy += deltaEntropy; // a sum until finalizeMetrics
+      this.branchDeltas.push(deltaEntropy); // averaged in finalizeMetrics
     },
     addEntropy(into: EntropyMeans, tag: string, value: number): void {
-      const e = into.get(tag) ?? { sum: 0, n: 0 };
-      e.sum += value;
-      e.n++;
-      into.set(tag, e);
+      const e = into.get(tag);
+      if (e) e.push(value);
+      else into.set(tag, [value]);
     },
   };
 }
 
 function means(m: EntropyMeans): Record<string, number> {
   const out: Record<string, number> = {};
-  for (const [tag, e] of [...m.entries()].sort()) out[tag] = e.n ? e.sum / e.n : 0;
+  for (const [tag, e] of [...m.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) out[tag] = e.length ? orderFreeSum(e) / e.length : 0;
   return out;
 }
 
@@ -113,7 +124,7 @@ export function finalizeMetrics(acc: MetricsAccumulator, trees: readonly Rollout
     branches: acc.branches,
     branchEventsByTool: { ...acc.branchEventsByTool },
     branchEventsByDepth: { ...acc.branchEventsByDepth },
-    branchDeltaEntropy: acc.branchEvents > 0 ? acc.branchDeltaEntropy / acc.branchEvents : 0,
+    branchDeltaEntropy: acc.branchDeltas.length > 0 ? orderFreeSum(acc.branchDeltas) / acc.branchDeltas.length : 0,
     toolCalls,
     entropyBeforeTool: means(acc.entropyBefore),
     entropyAfterTool: means(acc.entropyAfter),

@@ -103,6 +103,7 @@ export const OPTIONS = {
   'train.ppoEpochs': opt(int(1), 2, 'PPO epochs over each batch'),
   'train.microBatchTokens': opt(int(16), 8192, 'Tokens per forward/backward micro-batch (gradient accumulation)'),
   'train.packing': opt(z.enum(['tree', 'flat']), 'tree', 'Train on packed rollout trees (every shared token computed once) or on the flattened trajectories (the reference path)'),
+  'train.deterministic': opt(z.boolean(), false, 'Batch-invariant decoding: the same seed gives the same numbers whatever the tool latencies (each path\'s logits independent of the paths sharing its engine calls)'),
   'train.oldLogprobs': opt(z.enum(['rollout', 'recompute']), 'recompute', 'Old log-probs from the rollout sampler, or recomputed before the update'),
   'train.validateEvery': opt(int(0), 10, 'Validate (greedy, n = 1) every this many steps (0 = never)'),
   'train.checkpointEvery': opt(int(0), 10, 'Checkpoint every this many steps (0 = only at the end)'),

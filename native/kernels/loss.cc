@@ -104,6 +104,24 @@ struct TokenTerms {
   }
 };
 
+// The result's sums in row order (deterministic), then the metrics as means
+// over `tokens` (0 when there are none).
+struct Totals {
+  double loss = 0, pg_loss = 0, clip = 0, clip_lower = 0, ppo_kl = 0, ent = 0, kl = 0;
+  void write(PolicyLossResult* result, double tokens, double grad_scale) const {
+    result->loss = loss * grad_scale;
+    result->pg_loss = pg_loss;
+    result->tokens = tokens;
+    if (tokens != 0) {
+      result->pg_clipfrac = clip / tokens;
+      result->pg_clipfrac_lower = clip_lower / tokens;
+      result->ppo_kl = ppo_kl / tokens;
+      result->entropy = ent / tokens;
+      result->kl = kl / tokens;
+    }
+  }
+};
+
 // What one row contributes: d loss / d logp and d loss / d H (both already
 // weighted and scaled), computed by the caller from the row's stats.
 struct RowCoeffs {
@@ -263,28 +281,19 @@ void policy_loss(PolicyLossResult* result, float* grad, float* logprobs, float* 
   });
 
   // ---- reductions in row order (deterministic).
-  double loss = 0, pg_loss = 0, clip = 0, clip_lower = 0, ppo_kl = 0, ent = 0, kl = 0;
+  Totals sum;
   for (int64_t t = 0; t < T; ++t) {
     const double mt = mask[t];
     if (mt == 0) continue;  // masked tokens may hold -inf terms; 0 * inf would be NaN
-    loss += w[t] * terms.loss[t];
-    pg_loss += w[t] * terms.pg[t];
-    clip += mt * terms.clip[t];
-    clip_lower += mt * terms.clip_lower[t];
-    ppo_kl += mt * terms.ppo_kl[t];
-    ent += mt * terms.ent[t];
-    kl += mt * terms.kl[t];
+    sum.loss += w[t] * terms.loss[t];
+    sum.pg_loss += w[t] * terms.pg[t];
+    sum.clip += mt * terms.clip[t];
+    sum.clip_lower += mt * terms.clip_lower[t];
+    sum.ppo_kl += mt * terms.ppo_kl[t];
+    sum.ent += mt * terms.ent[t];
+    sum.kl += mt * terms.kl[t];
   }
-  result->loss = loss * gs;
-  result->pg_loss = pg_loss;
-  result->tokens = tokens;
-  if (tokens != 0) {
-    result->pg_clipfrac = clip / tokens;
-    result->pg_clipfrac_lower = clip_lower / tokens;
-    result->ppo_kl = ppo_kl / tokens;
-    result->entropy = ent / tokens;
-    result->kl = kl / tokens;
-  }
+  sum.write(result, tokens, gs);
 }
 
 void policy_loss_copies(PolicyLossResult* result, float* grad, float* logprobs, float* entropy, const Logits& logits,
@@ -360,27 +369,18 @@ void policy_loss_copies(PolicyLossResult* result, float* grad, float* logprobs, 
     return c;
   });
 
-  double loss = 0, pg_loss = 0, clip = 0, clip_lower = 0, ppo_kl = 0, ent = 0, kl = 0;
+  Totals sum;
   for (int64_t t = 0; t < T; ++t) {
     if (!live[t]) continue;
-    loss += terms.loss[t];
-    pg_loss += terms.pg[t];
-    clip += terms.clip[t];
-    clip_lower += terms.clip_lower[t];
-    ppo_kl += terms.ppo_kl[t];
-    ent += terms.ent[t];
-    kl += terms.kl[t];
+    sum.loss += terms.loss[t];
+    sum.pg_loss += terms.pg[t];
+    sum.clip += terms.clip[t];
+    sum.clip_lower += terms.clip_lower[t];
+    sum.ppo_kl += terms.ppo_kl[t];
+    sum.ent += terms.ent[t];
+    sum.kl += terms.kl[t];
   }
-  result->loss = loss * gs;
-  result->pg_loss = pg_loss;
-  result->tokens = tokens;
-  if (tokens != 0) {
-    result->pg_clipfrac = clip / tokens;
-    result->pg_clipfrac_lower = clip_lower / tokens;
-    result->ppo_kl = ppo_kl / tokens;
-    result->entropy = ent / tokens;
-    result->kl = kl / tokens;
-  }
+  sum.write(result, tokens, gs);
 }
 
 }  // namespace kernels

@@ -282,11 +282,12 @@ at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::v
   }
 
   // Single-token (decode) paths attend as one padded batch; multi-token
-  // (prefill) paths one by one, each over its own cached context.
+  // (prefill) paths one by one, each over its own cached context (every path
+  // so when batch-invariant: a padded softmax sums in another order).
   std::vector<int64_t> decode, prefill;
   int64_t max_ctx = 0;
   for (int64_t i = 0; i < P; ++i) {
-    if (inputs[i].size() == 1) {
+    if (inputs[i].size() == 1 && !batch_invariant_) {
       decode.push_back(i);
       max_ctx = std::max(max_ctx, past[i] + 1);
     } else {
@@ -340,8 +341,8 @@ at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::v
   at::Tensor logits;
   {
     at::NoGradGuard no_grad;
-    at::Tensor hidden = model_.forward_hidden(ids, positions, attention);
-    logits = model_.logits(hidden.index_select(0, last_rows)).to(at::kFloat).contiguous();
+    at::Tensor hidden = model_.forward_hidden(ids, positions, attention, batch_invariant_);
+    logits = model_.logits(hidden.index_select(0, last_rows), batch_invariant_).to(at::kFloat).contiguous();
   }
   for (int64_t i = 0; i < P; ++i) cache_.advance(paths[i], static_cast<int64_t>(inputs[i].size()));
   return logits;

@@ -125,6 +125,12 @@ class Engine {
   KVCache& cache() { return cache_; }
   const KVCache& cache() const { return cache_; }
   void set_threads(int32_t threads) { threads_ = threads; }
+  // Batch-invariant decoding (train.deterministic): a path's logits are
+  // bitwise the same whichever paths share its calls. Linear layers run in
+  // fixed-shape tiles (invariant_linear) and every path attends on its own
+  // over its exact context (no padded batch), at some cost in throughput.
+  void set_batch_invariant(bool on) { batch_invariant_ = on; }
+  bool batch_invariant() const { return batch_invariant_; }
 
   // Appends inputs[i] to paths[i], then returns the float32 logits (P, V) of
   // each path's last position. All new tokens go through the linear layers
@@ -139,6 +145,7 @@ class Engine {
   const Model& model_;
   KVCache cache_;
   int32_t threads_;
+  bool batch_invariant_ = false;
 };
 
 }  // namespace model

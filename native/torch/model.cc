@@ -320,17 +320,34 @@ at::Tensor Model::apply_rope(const at::Tensor& x, const at::Tensor& positions) c
   return x * cos + rotated * sin;
 }
 
+at::Tensor invariant_linear(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b) {
+  const int64_t N = x.size(0), T = kInvariantTileRows;
+  if (N == T) return at::linear(x, W, b);
+  const int64_t padded = (N + T - 1) / T * T;
+  at::Tensor xp = x;
+  if (padded != N) {
+    xp = at::zeros({padded, x.size(1)}, x.options());
+    xp.slice(0, 0, N).copy_(x);
+  }
+  at::Tensor out = at::empty({padded, W.size(0)}, x.options());
+  for (int64_t a = 0; a < padded; a += T) out.slice(0, a, a + T).copy_(at::linear(xp.slice(0, a, a + T), W, b));
+  return padded == N ? out : out.slice(0, 0, N);
+}
+
 at::Tensor Model::forward_hidden(const at::Tensor& ids, const at::Tensor& positions,
-                                 const AttentionFn& attention) const {
+                                 const AttentionFn& attention, bool batch_invariant) const {
   const ModelConfig& c = config_;
   const int64_t N = ids.size(0);
+  auto linear = [batch_invariant](const at::Tensor& x, const at::Tensor& W, const at::Tensor& b) {
+    return batch_invariant ? invariant_linear(x, W, b) : at::linear(x, W, b);
+  };
   at::Tensor x = at::embedding(embed_, ids);  // (N, hidden)
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& L = layers_[l];
     at::Tensor h = rms_norm(x, L.input_norm);
-    at::Tensor q = at::linear(h, L.q_w, L.q_b).view({N, c.num_attention_heads, c.head_dim});
-    at::Tensor k = at::linear(h, L.k_w, L.k_b).view({N, c.num_key_value_heads, c.head_dim});
-    at::Tensor v = at::linear(h, L.v_w, L.v_b).view({N, c.num_key_value_heads, c.head_dim});
+    at::Tensor q = linear(h, L.q_w, L.q_b).view({N, c.num_attention_heads, c.head_dim});
+    at::Tensor k = linear(h, L.k_w, L.k_b).view({N, c.num_key_value_heads, c.head_dim});
+    at::Tensor v = linear(h, L.v_w, L.v_b).view({N, c.num_key_value_heads, c.head_dim});
     if (c.qk_norm) {
       q = rms_norm(q, L.q_norm);
       k = rms_norm(k, L.k_norm);
@@ -338,15 +355,16 @@ at::Tensor Model::forward_hidden(const at::Tensor& ids, const at::Tensor& positi
     q = apply_rope(q, positions);
     k = apply_rope(k, positions);
     at::Tensor a = attention(l, q, k, v);
-    x = x + at::linear(a, L.o_w, L.o_b);
+    x = x + linear(a, L.o_w, L.o_b);
     h = rms_norm(x, L.post_norm);
-    x = x + at::linear(at::silu(at::linear(h, L.gate_w, L.gate_b)) * at::linear(h, L.up_w, L.up_b), L.down_w, L.down_b);
+    x = x + linear(at::silu(linear(h, L.gate_w, L.gate_b)) * linear(h, L.up_w, L.up_b), L.down_w, L.down_b);
   }
   return x;
 }
 
-at::Tensor Model::logits(const at::Tensor& hidden_rows) const {
-  return at::linear(rms_norm(hidden_rows, final_norm_), lm_head_);
+at::Tensor Model::logits(const at::Tensor& hidden_rows, bool batch_invariant) const {
+  at::Tensor h = rms_norm(hidden_rows, final_norm_);
+  return batch_invariant ? invariant_linear(h, lm_head_, at::Tensor()) : at::linear(h, lm_head_);
 }
 
 }  // namespace model

@@ -84,6 +84,18 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 // [offsets[s], offsets[s + 1]) and attends causally within itself.
 AttentionFn packed_causal_attention(std::vector<int64_t> offsets);
 
+// Batch-invariant linear layer: y = x W^T + b computed in fixed-shape tiles
+// of kInvariantTileRows rows (the last tile zero-padded), so every row's
+// result is bitwise the same whatever other rows share the call, and however
+// many. A plain GEMM picks kernels and blocking by the number of rows (and
+// threads split by shape), so a row's float sums follow the batch: measured
+// on OpenBLAS, about half of the rows change bits between batch sizes 1-100.
+// The tile size is part of the guarantee, not a tuning knob: 64-row tiles
+// were measured NOT invariant here (invariance_test: 33 / 72 decode steps
+// equal), 8-row tiles are (72 / 72), at 1.5-1.8x the demo's rollout time.
+constexpr int64_t kInvariantTileRows = 8;
+at::Tensor invariant_linear(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b);
+
 class Model {
  public:
   Model(ModelConfig config, at::ScalarType dtype);
@@ -108,11 +120,14 @@ class Model {
   int64_t num_parameters() const;
 
   // Hidden states before the final norm, (N, hidden), for packed token ids
-  // (N) at absolute positions (N); both int64 CPU tensors.
-  at::Tensor forward_hidden(const at::Tensor& ids, const at::Tensor& positions, const AttentionFn& attention) const;
+  // (N) at absolute positions (N); both int64 CPU tensors. batch_invariant:
+  // every linear layer through invariant_linear (each row's numbers
+  // independent of the others; norms, RoPE and activations are row-wise).
+  at::Tensor forward_hidden(const at::Tensor& ids, const at::Tensor& positions, const AttentionFn& attention,
+                            bool batch_invariant = false) const;
   // Logits (R, V) in the model dtype for selected hidden rows (R, hidden):
   // final RMSNorm then lm_head (the embedding when tied).
-  at::Tensor logits(const at::Tensor& hidden_rows) const;
+  at::Tensor logits(const at::Tensor& hidden_rows, bool batch_invariant = false) const;
   // The two halves of logits(): the final RMSNorm of hidden rows, and the
   // (V, hidden) LM head weight (the embedding when tied), for callers that
   // run the head in row chunks.

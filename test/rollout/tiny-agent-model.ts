@@ -45,20 +45,34 @@ export async function tinyAgentModel(dir: string, seed = 1): Promise<PolicyModel
   } finally {
     init.dispose();
   }
+  const wordMass = 1 - Object.values(TAG_PRIOR).reduce((a, b) => a + b, 0);
+  const words = VOCAB.filter((s) => s.startsWith(' ') && s.length > 2 && s !== ' <result>');
+  applyTokenPrior(dir, hidden, (v) => {
+    const s = VOCAB[v] as string;
+    return TAG_PRIOR[s] ?? (words.includes(s) ? wordMass / words.length : 1e-5);
+  });
+  return PolicyModel.load(dir, { threads: 1 });
+}
+
+/**
+ * Rewrites the untied checkpoint in `dir` so its next-token distribution has the
+ * base probabilities `prior(v)`: every embedding gets first coordinate 1 (a large,
+ * nearly constant h_0 after RMSNorm) and lm_head's first column carries log p / h_0;
+ * the other columns, scaled up, keep the distribution context-dependent.
+ */
+export function applyTokenPrior(dir: string, hidden: number, prior: (v: number) => number): void {
   const file = path.join(dir, 'model.safetensors');
   const st = SafetensorsFile.open(file);
   const tensors = [...st.tensors.entries()].map(([name, info]) => ({ name, info, values: bytesToFloat64(info.dtype, st.loadBytes(name)) }));
-  const h0 = 5.6; // ≈ 1 / rms of an embedding with first coordinate 1 and the rest N(0, 0.02^2)
-  const wordMass = 1 - Object.values(TAG_PRIOR).reduce((a, b) => a + b, 0);
-  const words = VOCAB.filter((s) => s.startsWith(' ') && s.length > 2 && s !== ' <result>');
+  if (!tensors.some((t) => t.name === 'lm_head.weight')) throw new Error(`applyTokenPrior: ${file} has no lm_head.weight (tied embeddings)`);
+  const h0 = 5.6 * Math.sqrt(hidden / 32); // ≈ 1 / rms of an embedding with first coordinate 1 and the rest N(0, 0.02^2)
   for (const t of tensors) {
+    const vocab = t.info.shape[0] as number;
     if (t.name === 'model.embed_tokens.weight') {
-      for (let v = 0; v < VOCAB_SIZE; v++) t.values[v * hidden] = 1;
+      for (let v = 0; v < vocab; v++) t.values[v * hidden] = 1;
     } else if (t.name === 'lm_head.weight') {
-      for (let v = 0; v < VOCAB_SIZE; v++) {
-        const s = VOCAB[v] as string;
-        const p = TAG_PRIOR[s] ?? (words.includes(s) ? wordMass / words.length : 1e-5);
-        t.values[v * hidden] = Math.log(p) / h0;
+      for (let v = 0; v < vocab; v++) {
+        t.values[v * hidden] = Math.log(prior(v)) / h0;
         for (let d = 1; d < hidden; d++) t.values[v * hidden + d] = (t.values[v * hidden + d] as number) * 60; // context dependence: logit noise ~ 1
       }
     }
@@ -67,8 +81,6 @@ export async function tinyAgentModel(dir: string, seed = 1): Promise<PolicyModel
     file,
     tensors.map((t) => ({ name: t.name, dtype: t.info.dtype, shape: t.info.shape, data: float64ToBytes(t.info.dtype, t.values) })),
   );
-  if (!fs.existsSync(file)) throw new Error('tiny agent model not written');
-  return PolicyModel.load(dir, { threads: 1 });
 }
 
 export { tok };

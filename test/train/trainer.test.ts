@@ -14,6 +14,8 @@ import { train } from '../../lib/train/trainer';
 import { hasTorch } from '../../lib/native/loader';
 import type { RolloutResult } from '../../lib/rollout';
 import { registerReward } from '../../lib/reward';
+import { ToolRunner } from '../../lib/tools/runner';
+import { applyTokenPrior } from '../rollout/tiny-agent-model';
 
 const DATA = path.resolve(__dirname, '..', '..', '..', 'shared', 'data', 'arpo');
 const sink = { write: () => true, isTTY: false };
@@ -149,6 +151,56 @@ describe('trainer', () => {
         expect(Math.abs(a - b)).toBeLessThanOrEqual(1e-7 + 1e-5 * Math.abs(b));
       }
     }
+  }, 240000);
+
+  test('train.deterministic: two runs with random tool latencies give identical metrics', async () => {
+    const env = await buildDemoEnvironment({ seed: 6, dir: path.join(tmp, 'env-det'), sizes: { sft: 8, questions: { train: 40, valid: 10, test: 10 } } });
+    const tok = Tokenizer.fromDir(env.dir);
+    const modelDir = path.join(tmp, 'model-det');
+    await initModel({ config: { ...tinyQwen3(tok.vocabSize, tok.eosTokenId!), tie_word_embeddings: false }, out: modelDir, seed: 7, tokenizerDir: env.dir });
+    // Weights shaped so the untrained model writes tool tags often (tool calls are what
+    // make the paths sharing each decode call depend on tool timing).
+    const tags: Record<string, number> = { '<search>': 0.06, '</search>': 0.07, '<python>': 0.04, '</python>': 0.06, '<answer>': 0.004, '</answer>': 0.012 };
+    const tagIds = new Map(Object.entries(tags).map(([t, p]) => [tok.encode(t)[0]!, p]));
+    const special = new Set([...Object.keys(tags), '<result>', '</result>'].map((t) => tok.encode(t)[0]!).concat([tok.eosTokenId!]));
+    const plain = tok.vocabSize - special.size;
+    const rest = 1 - [...tagIds.values()].reduce((a, b) => a + b, 0) - 0.002;
+    applyTokenPrior(modelDir, 32, (v) => tagIds.get(v) ?? (v === tok.eosTokenId ? 0.002 : special.has(v) ? 1e-5 : rest / plain));
+    registerReward('test-response-length', ({ response }) => (response.length % 3) / 2, { replace: true });
+    const make = (outDir: string) =>
+      validateConfig({
+        model: { path: modelDir, threads: 1 },
+        data: { train: env.files.train, systemPrompt: DEMO_SYSTEM_PROMPT },
+        reward: { name: 'test-response-length' },
+        rollout: { budget: 6, initialSamples: 3, entropyWindow: 4, maxResponseTokens: 40, toolCallLimit: 2, branchProbability: 1 },
+        tools: { search: { corpus: env.files.corpus, topK: 2, snippetChars: 120 }, python: { timeoutMs: 3000 }, concurrency: 4 },
+        optim: { lr: 1e-3 },
+        train: { steps: 3, batchPrompts: 3, miniBatchPrompts: 3, ppoEpochs: 1, validateEvery: 0, checkpointEvery: 0, seed: 2, outDir, deterministic: true },
+      });
+    // Every tool call waits a random 0-40 ms first (a different stream per run), so the
+    // paths that share each decode call differ between the runs.
+    const original = ToolRunner.prototype.run;
+    const runWith = async (outDir: string, seed: number) => {
+      let s = seed;
+      ToolRunner.prototype.run = async function (this: ToolRunner, ...args: Parameters<ToolRunner['run']>) {
+        s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+        await new Promise((r) => setTimeout(r, (s >>> 8) % 40));
+        return original.apply(this, args);
+      };
+      try {
+        await train(make(outDir), { progress: sink, report: false });
+      } finally {
+        ToolRunner.prototype.run = original;
+      }
+      return readMetrics(path.join(outDir, 'metrics.jsonl')).map((r) => ({
+        step: r.step, phase: r.phase, metrics: Object.fromEntries(Object.entries(r.metrics).filter(([k]) => !k.startsWith('time/'))),
+      }));
+    };
+    const a = await runWith(path.join(tmp, 'det-a'), 1);
+    const b = await runWith(path.join(tmp, 'det-b'), 99);
+    expect(a.map((r) => r.step)).toEqual([1, 2, 3]);
+    expect(a.some((r) => (r.metrics['tools/executed_per_prompt'] ?? 0) > 0)).toBe(true);
+    expect(b).toEqual(a);
   }, 240000);
 
   test('real data path: reference parquet, cached search results and python, with a tiny random Qwen3-vocabulary model', async () => {

@@ -209,6 +209,13 @@ model::OptimConfig read_optim(const Napi::Object& o) {
   return c;
 }
 
+// Before a training step: the optimiser (first step), and the frozen KL
+// reference as a copy of the current weights when the loss needs one.
+void prepare_step(ModelState& s, bool needs_reference) {
+  if (!s.optimizer) s.optimizer = std::make_unique<model::AdamW>(s.model->named_tensors());
+  if (needs_reference && !s.reference) s.reference = std::make_unique<Model>(s.model->clone(s.model->dtype()));
+}
+
 Napi::Object metrics_object(Napi::Env e, const model::TrainMetrics& m) {
   Napi::Object o = Napi::Object::New(e);
   o.Set("loss", m.loss);
@@ -253,6 +260,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
                            InstanceMethod("snapshotReference", &NativeModel::SnapshotReference),
                            InstanceMethod("cacheStats", &NativeModel::CacheStats),
                            InstanceMethod("setThreads", &NativeModel::SetThreads),
+                           InstanceMethod("setBatchInvariant", &NativeModel::SetBatchInvariant),
                            InstanceMethod("info", &NativeModel::Info),
                            InstanceMethod("dispose", &NativeModel::Dispose),
                        });
@@ -550,9 +558,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
     return queue(
         env,
         [batches = std::move(batches), loss, optim, mode, m](ModelState& s) {
-          if (!s.optimizer) s.optimizer = std::make_unique<model::AdamW>(s.model->named_tensors());
-          if (mode == model::LossMode::Policy && loss.kl_coef != 0 && !s.reference)
-            s.reference = std::make_unique<Model>(s.model->clone(s.model->dtype()));
+          prepare_step(s, mode == model::LossMode::Policy && loss.kl_coef != 0);
           *m = model::train_step(*s.model, *s.optimizer, batches, loss, mode, optim, s.reference.get(), s.threads);
         },
         [m](Napi::Env e) { return metrics_object(e, *m); });
@@ -591,8 +597,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
     return queue(
         env,
         [batches = std::move(batches), loss, optim, chunk_rows, m](ModelState& s) {
-          if (!s.optimizer) s.optimizer = std::make_unique<model::AdamW>(s.model->named_tensors());
-          if (loss.kl_coef != 0 && !s.reference) s.reference = std::make_unique<Model>(s.model->clone(s.model->dtype()));
+          prepare_step(s, loss.kl_coef != 0);
           *m = model::train_tree_step(*s.model, *s.optimizer, batches, loss, optim, s.reference.get(), s.threads, chunk_rows);
         },
         [m](Napi::Env e) { return metrics_object(e, *m); });
@@ -631,6 +636,17 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
     return info.Env().Undefined();
   }
 
+  // setBatchInvariant(on): decoding whose numbers do not depend on which paths share a call.
+  Napi::Value SetBatchInvariant(const Napi::CallbackInfo& info) {
+    if (!info[0].IsBoolean()) type_error(info.Env(), "expected a boolean for batchInvariant");
+    const bool on = info[0].As<Napi::Boolean>().Value();
+    sync(info.Env(), [on](ModelState& s) {
+      s.engine->set_batch_invariant(on);
+      return 0;
+    });
+    return info.Env().Undefined();
+  }
+
   Napi::Value Info(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Napi::Object o = Napi::Object::New(env);
@@ -640,6 +656,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
       o.Set("optimizerSteps", static_cast<double>(s.optimizer ? s.optimizer->steps() : 0));
       o.Set("hasReference", s.reference != nullptr);
       o.Set("threads", at::get_num_threads());
+      o.Set("batchInvariant", s.engine->batch_invariant());
       return 0;
     });
     return o;

@@ -16,16 +16,10 @@
 
 using namespace arpo::model;
 using arpo_test::tiny_config;
+using arpo_test::random_tokens;
 using arpo_test::tolerance_ratio;
 
 namespace {
-
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % vocab);
-  return t;
-}
 
 // Full-sequence logits (L, V) through the packed training forward.
 at::Tensor full_logits(const Model& m, const std::vector<int32_t>& tokens) {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,14 @@
 namespace arpo_test {
 
 using arpo::model::ModelConfig;
+
+// n token ids in [0, vocab) from a seeded generator.
+inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
 
 inline ModelConfig tiny_config(const std::string& type, int64_t vocab = 53) {
   ModelConfig c;
