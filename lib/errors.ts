@@ -12,6 +12,7 @@ export type ArpoErrorCode =
   | 'BAD_DATA'
   | 'TOOL_TIMEOUT'
   | 'TOOL_FAILED'
+  | 'SANDBOX_UNAVAILABLE'
   | 'UNKNOWN_NAME';
 
 export class ArpoError extends Error {

@@ -5,7 +5,7 @@
 // with ARPO, evaluates again, and writes the report.
 import * as fs from 'fs';
 import * as path from 'path';
-import { buildDemoEnvironment, localPython, openDemoTools, PretrainCurriculum } from '../envs';
+import { buildDemoEnvironment, demoIsolation, localPython, openDemoTools, PretrainCurriculum } from '../envs';
 import { PolicyModel } from '../model/policy-model';
 import { Tokenizer } from '../model/tokenizer';
 import { invalidArgument } from '../errors';
@@ -90,7 +90,7 @@ export function demoRunConfig(envDir: string, modelDir: string, runDir: string, 
       temperature: 1,
       maxBatchPaths: 256,
     },
-    tools: { search: { corpus: path.join(envDir, 'corpus.jsonl'), topK: 3, snippetChars: 400 }, python: { enabled: true, timeoutMs: 5000 }, concurrency: 4 },
+    tools: { search: { corpus: path.join(envDir, 'corpus.jsonl'), topK: 3, snippetChars: 400 }, python: { enabled: true, timeoutMs: 5000, isolation: demoIsolation() }, concurrency: 4 },
     reward: { name: 'arpo-deep-research' },
     algorithm: { name: 'arpo', estimator: 'grpo', attribution: 'soft' },
     loss: { clipLow: 0.2, clipHigh: 0.28, aggregation: 'token-mean' },

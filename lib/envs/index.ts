@@ -10,6 +10,7 @@ export {
   localSearch,
   localPython,
   openDemoTools,
+  demoIsolation,
   PretrainCurriculum,
   PRETRAIN_TASKS,
 } from './demo';

@@ -43,7 +43,7 @@ export {
 export type { SearchHit, SearchIndexOptions, SearchToolOptions } from './search';
 export { readCorpus, splitCachedPages } from './corpus';
 export type { CorpusKind, CorpusPage } from './corpus';
-export { PythonSandbox, PythonTool, detectIsolation, describeRun } from './python';
+export { PythonSandbox, PythonTool, detectIsolation, describeRun, isolationError, fullIsolationProblem } from './python';
 export type { Isolation, PythonSandboxOptions, PythonRun } from './python';
 export { McpConnection, McpTool, argumentMode, resultText } from './mcp';
 export type { McpServerSpec, McpToolInfo, McpMountOptions, McpArgumentMode } from './mcp';

@@ -9,8 +9,17 @@ import { ArpoError, invalidArgument } from '../errors';
 import { PYTHON_DRIVER } from './python-driver';
 import type { Tool, ToolCallContext, ToolOutput } from './tool';
 
-/** How much isolation this machine allows; detected once per process by {@link detectIsolation}. */
+/**
+ * The isolation a sandbox runs with; detected once per process by {@link detectIsolation}.
+ * `full` is a network namespace, a private filesystem view, a pid namespace and
+ * the rlimits, plus the uid switch when arpo runs as root (a non-root caller is
+ * already unprivileged inside its user namespace). Anything less is `basic`.
+ */
 export interface Isolation {
+  /** `full`, or `basic` (the fallback: a Python-level socket guard, a temp dir, a process group, the rlimits). */
+  readonly level: 'full' | 'basic';
+  /** What full isolation needs and this machine did not give (empty when full). */
+  readonly missing: readonly string[];
   /** `namespace`: a new, empty network namespace. `socket-blocked`: socket creation raises (a Python-level guard). */
   readonly network: 'namespace' | 'socket-blocked';
   /** `uid`: the code runs as the sandbox uid. `unchanged`: as the caller (no privilege to switch). */
@@ -23,7 +32,7 @@ export interface Isolation {
   readonly limits: 'prlimit' | 'ulimit';
   /** The `unshare` flags that work here, when namespaces are used. */
   readonly unshareFlags: readonly string[];
-  /** One line for logs: `network=namespace user=uid:65534 …`. */
+  /** One line for logs: `isolation=full network=namespace user=uid:65534 …`. */
   readonly summary: string;
 }
 
@@ -58,8 +67,12 @@ export interface PythonSandboxOptions {
   gid?: number;
   /** Final expression: `repr` (REPL, default), `print` (the reference: print(value)), `none`. */
   lastExpression?: 'repr' | 'print' | 'none';
-  /** `auto` (default): the strongest isolation detected. `basic`: force the fallback (no namespaces). */
-  isolation?: 'auto' | 'basic';
+  /**
+   * `full` (default): full isolation or an error that says what is missing and
+   * how to fix it; never a silently weaker sandbox. `basic`: explicitly accept
+   * the fallback (no namespaces), which every result's metadata reports.
+   */
+  isolation?: 'full' | 'basic';
 }
 
 /** What one run did. */
@@ -82,9 +95,10 @@ const ROOT_FLAGS = ['--net', '--mount', '--pid', '--fork', '--kill-child', '--mo
 const USERNS_FLAGS = ['--user', '--map-root-user', ...ROOT_FLAGS];
 const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
 
-function tryRun(cmd: string, args: string[], input?: string): { ok: boolean; out: string } {
+function tryRun(cmd: string, args: string[], input?: string): { ok: boolean; out: string; err: string } {
   const r = spawnSync(cmd, args, { input, encoding: 'utf8', timeout: 10000, env: { PATH: SANDBOX_PATH } });
-  return { ok: r.status === 0 && !r.error, out: (r.stdout ?? '').trim() };
+  const err = r.error ? r.error.message : (r.stderr ?? '').trim().split('\n').slice(-2).join(' ');
+  return { ok: r.status === 0 && !r.error, out: (r.stdout ?? '').trim(), err };
 }
 
 const detected = new Map<string, Isolation>();
@@ -94,18 +108,22 @@ const uidsInUse = new Set<number>();
 /**
  * Probes what this machine allows, strongest first: an unprivileged uid
  * (`setpriv`, needs root), new namespaces (`unshare`: net + mount + pid),
- * `prlimit`. Cached per (python, uid, mode).
+ * `prlimit`. Cached per (python, uid, mode). In `full` mode the result may be
+ * short of full (see `missing`); {@link PythonSandbox} refuses such a result
+ * with {@link isolationError}. `basic` skips the namespaces.
  */
-export function detectIsolation(python = '/usr/bin/python3', uid = 62000, gid = 65534, mode: 'auto' | 'basic' = 'auto', uidPoolSize = 1): Isolation {
+export function detectIsolation(python = '/usr/bin/python3', uid = 62000, gid = 65534, mode: 'full' | 'basic' = 'full', uidPoolSize = 1): Isolation {
   const key = `${python}|${uid}|${gid}|${mode}|${uidPoolSize}`;
   const hit = detected.get(key);
   if (hit) return hit;
   if (!fs.existsSync(python)) throw new ArpoError('TOOL_FAILED', `Python interpreter ${python} not found; install python3 or pass { python }`);
   const isRoot = process.getuid?.() === 0;
   const setprivArgs = [`--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', '--no-new-privs', '--inh-caps=-all', '--bounding-set=-all'];
-  const user = isRoot && tryRun('setpriv', [...setprivArgs, python, '-I', '-c', 'import os; print(os.getuid())']).out === String(uid) ? 'uid' : 'unchanged';
+  const uidProbe = isRoot ? tryRun('setpriv', [...setprivArgs, python, '-I', '-c', 'import os; print(os.getuid())']) : null;
+  const user = uidProbe?.out === String(uid) ? 'uid' : 'unchanged';
   let unshareFlags: string[] = [];
-  if (mode === 'auto') {
+  let nsError = 'not tried (isolation: basic)';
+  if (mode === 'full') {
     // The probe does what a run does: mount a tmpfs, then find no network.
     const probe = `mount -t tmpfs -o size=1m tmpfs /tmp && ${python} -I -c "import socket
 try:
@@ -113,28 +131,60 @@ try:
 except OSError:
     print('isolated')"`;
     for (const flags of isRoot ? [ROOT_FLAGS, USERNS_FLAGS] : [USERNS_FLAGS]) {
-      if (tryRun('unshare', [...flags, '/bin/sh', '-c', probe]).out === 'isolated') {
+      const r = tryRun('unshare', [...flags, '/bin/sh', '-c', probe]);
+      if (r.out === 'isolated') {
         unshareFlags = flags;
         break;
       }
+      const why = `\`unshare ${flags.join(' ')}\` failed: ${r.err || (r.out ? `printed ${JSON.stringify(r.out)}` : 'no output')}`;
+      nsError = flags === ROOT_FLAGS || !isRoot ? why : `${nsError}; ${why}`;
     }
   }
   const limits = tryRun('prlimit', ['--version']).ok ? 'prlimit' : 'ulimit';
   const ns = unshareFlags.length > 0;
+  const missing: string[] = [];
+  if (!ns) missing.push(`network, mount and pid namespaces (${nsError})`);
+  const switched = user === 'uid' && (!ns || unshareFlags === ROOT_FLAGS);
+  if (isRoot && !switched) {
+    missing.push(user === 'uid' ? 'the uid switch inside the namespaces (only a user namespace worked, which keeps root)' : `the switch to the sandbox uid ${uid} (\`setpriv\` failed: ${uidProbe?.err || 'no output'})`);
+  }
   const iso: Isolation = {
+    level: mode === 'full' && missing.length === 0 ? 'full' : 'basic',
+    missing,
     network: ns ? 'namespace' : 'socket-blocked',
     // Inside a user namespace (non-root caller) the uid cannot be switched.
-    user: user === 'uid' && (!ns || unshareFlags === ROOT_FLAGS) ? 'uid' : 'unchanged',
+    user: switched ? 'uid' : 'unchanged',
     filesystem: ns ? 'private-tmpfs' : 'temp-dir',
     processes: ns ? 'pid-namespace' : 'process-group',
     limits,
     unshareFlags,
     summary: '',
   };
-  const summary = `network=${iso.network} user=${iso.user === 'uid' ? (uidPoolSize > 1 ? `uids:${uid}-${uid + uidPoolSize - 1}` : `uid:${uid}`) : 'unchanged'} fs=${iso.filesystem} processes=${iso.processes} limits=${iso.limits}`;
-  const done = Object.freeze({ ...iso, summary });
+  const summary = `isolation=${iso.level} network=${iso.network} user=${iso.user === 'uid' ? (uidPoolSize > 1 ? `uids:${uid}-${uid + uidPoolSize - 1}` : `uid:${uid}`) : 'unchanged'} fs=${iso.filesystem} processes=${iso.processes} limits=${iso.limits}`;
+  const done = Object.freeze({ ...iso, missing: Object.freeze([...missing]), summary });
   detected.set(key, done);
   return done;
+}
+
+/**
+ * The error for a machine that cannot give full isolation: what is missing,
+ * how to get it, and how to accept less explicitly.
+ */
+export function isolationError(iso: Isolation, isRoot = process.getuid?.() === 0): ArpoError {
+  const fixes = isRoot
+    ? 'give the process CAP_SYS_ADMIN and CAP_SETUID (in a container: docker run --cap-add SYS_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined, or --privileged)'
+    : 'enable unprivileged user namespaces (sysctl -w kernel.unprivileged_userns_clone=1 where that exists, user.max_user_namespaces > 0, and on Ubuntu 24.04 sysctl -w kernel.apparmor_restrict_unprivileged_userns=0), or run arpo as root';
+  return new ArpoError(
+    'SANDBOX_UNAVAILABLE',
+    `python sandbox: full isolation is not available here: missing ${iso.missing.join('; ')}. To fix it, ${fixes}. ` +
+      `Or accept weaker isolation explicitly with tools.python.isolation: basic (PythonSandbox option isolation: 'basic'): ${iso.summary.replace(/^isolation=\w+ /, '')} with isolation=basic.`,
+  );
+}
+
+/** Null when this machine gives full isolation, else the message of {@link isolationError} (for callers that may opt in to basic, like the demo). */
+export function fullIsolationProblem(python = '/usr/bin/python3'): string | null {
+  const iso = detectIsolation(python);
+  return iso.missing.length === 0 ? null : isolationError(iso).message;
 }
 
 function checkInt(name: string, value: number, min: number): number {
@@ -197,9 +247,11 @@ export class PythonSandbox {
     this.gid = checkInt('gid', options.gid ?? 65534, 1);
     this.lastExpression = options.lastExpression ?? 'repr';
     if (!['repr', 'print', 'none'].includes(this.lastExpression)) throw invalidArgument('"repr", "print" or "none"', 'lastExpression', this.lastExpression);
-    const mode = options.isolation ?? 'auto';
-    if (mode !== 'auto' && mode !== 'basic') throw invalidArgument('"auto" or "basic"', 'isolation', mode);
-    this.isolation = detectIsolation(this.python, this.uid, this.gid, mode, this.uidPoolSize);
+    const mode = options.isolation ?? 'full';
+    if (mode !== 'full' && mode !== 'basic') throw invalidArgument('"full" or "basic"', 'isolation', mode);
+    const iso = detectIsolation(this.python, this.uid, this.gid, mode, this.uidPoolSize);
+    if (mode === 'full' && iso.missing.length > 0) throw isolationError(iso);
+    this.isolation = iso;
   }
 
   /** `prlimit …` arguments (or a `ulimit` prefix for sh) for the limits. */

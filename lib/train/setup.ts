@@ -8,7 +8,7 @@ import { buildPrompt, PromptDataset, type DatasetExample } from '../data';
 import { PolicyModel, type OptimizerSettings } from '../model/policy-model';
 import { Tokenizer } from '../model/tokenizer';
 import { getReward, loadRewardModule, type RewardFn, type RewardResult } from '../reward';
-import { DEFAULT_PROTOCOL, PythonTool, SearchIndex, SearchTool, ToolCallCache, ToolRunner } from '../tools';
+import { DEFAULT_PROTOCOL, PythonTool, SearchIndex, SearchTool, ToolCallCache, ToolRunner, type Isolation } from '../tools';
 import { runnerExecutor, tokenizerText, type RolloutDeps, type RolloutSettings } from '../rollout';
 import type { RunConfig } from './config';
 
@@ -73,6 +73,8 @@ export function rolloutSettings(cfg: RunConfig, overrides: Partial<RolloutSettin
 
 export interface Tools {
   runner: ToolRunner;
+  /** The python sandbox's isolation, when python is mounted. */
+  python: Isolation | null;
   close(): Promise<void>;
 }
 
@@ -97,9 +99,15 @@ export async function buildTools(cfg: RunConfig, runDir: string): Promise<Tools>
     indexes.push(index);
     runner.register(new SearchTool(index, { topK: t.search.topK, snippetChars: t.search.snippetChars }));
   }
-  if (t.python.enabled) runner.register(new PythonTool({ timeoutMs: t.python.timeoutMs }));
+  let python: Isolation | null = null;
+  if (t.python.enabled) {
+    const tool = new PythonTool({ timeoutMs: t.python.timeoutMs, isolation: t.python.isolation });
+    runner.register(tool);
+    python = tool.sandbox.isolation;
+  }
   return {
     runner,
+    python,
     async close() {
       await runner.close();
       for (const i of indexes) i.close();

@@ -158,6 +158,15 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
     model: { ...cfg.model, tokenizer: cfg.model.tokenizer ?? cfg.model.path },
   });
   const tools = await buildTools(cfg, runDir);
+  // What the run's tools really are, for whoever reads the run later (a weaker sandbox is never silent).
+  if (tools.python) {
+    const weak = tools.python.level !== 'full' ? ' (weaker than full isolation, accepted by tools.python.isolation: basic)' : '';
+    (options.progress ?? process.stderr).write(`python sandbox: ${tools.python.summary}${weak}\n`);
+  }
+  fs.writeFileSync(
+    path.join(runDir, 'run.json'),
+    `${JSON.stringify({ startedAt: new Date().toISOString(), resumedFromStep: latest ? latest.state.step : null, configHash: hash, tools: { python: tools.python ? { level: tools.python.level, summary: tools.python.summary, missing: tools.python.missing } : null } }, null, 2)}\n`,
+  );
   const reward = await buildReward(cfg);
   const trainSet = await loadDataset(cfg.data.train, cfg);
   const validSet = cfg.data.valid ? await loadDataset(cfg.data.valid, cfg, cfg.data.validLimit) : null;

@@ -201,6 +201,10 @@ describe('trainer', () => {
     expect(a.map((r) => r.step)).toEqual([1, 2, 3]);
     expect(a.some((r) => (r.metrics['tools/executed_per_prompt'] ?? 0) > 0)).toBe(true);
     expect(b).toEqual(a);
+    // The run says what its sandbox was (full here, or the run would have refused to start).
+    const meta = JSON.parse(fs.readFileSync(path.join(tmp, 'det-a', 'run.json'), 'utf8'));
+    expect(meta.tools.python).toMatchObject({ level: 'full', missing: [] });
+    expect(meta.tools.python.summary).toMatch(/^isolation=full network=namespace /);
   }, 240000);
 
   test('real data path: reference parquet, cached search results and python, with a tiny random Qwen3-vocabulary model', async () => {

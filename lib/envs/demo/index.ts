@@ -13,7 +13,7 @@ import { DEFAULT_WORLD_SIZES, SPLITS, generateWorld, type Split, type World, typ
 
 export { DEMO_SYSTEM_PROMPT, DEMO_CHAT_TEMPLATE, renderChatML } from './prompt';
 export { localRunTool, localSearch, localPython, type RunTool } from './local-tools';
-export { openDemoTools, type DemoTools, type DemoToolsOptions } from './tools';
+export { openDemoTools, demoIsolation, type DemoTools, type DemoToolsOptions } from './tools';
 export { PretrainCurriculum, PRETRAIN_TASKS, PRETRAIN_MIX, type PretrainSequence, type PretrainTask } from './pretrain';
 export type { DemoQuestion, QuestionFamily, SolutionStep } from './questions';
 export type { SftTrace, TraceSegment, Flaw } from './traces';

@@ -3,7 +3,7 @@
 import * as path from 'path';
 import { invalidArgument } from '../../errors';
 import { escapeToolOutput } from '../../tools/protocol';
-import { PythonTool, type PythonSandboxOptions } from '../../tools/python';
+import { fullIsolationProblem, PythonTool, type PythonSandboxOptions } from '../../tools/python';
 import { ToolRunner, type ToolRunnerOptions } from '../../tools/runner';
 import { SearchIndex, SearchTool } from '../../tools/search';
 import type { RunTool } from './local-tools';
@@ -26,6 +26,21 @@ export interface DemoTools {
   close(): Promise<void>;
 }
 
+let demoIsolationLevel: 'full' | 'basic' | undefined;
+/**
+ * The python isolation of the demo's own runs: `full` where this machine gives
+ * it, else `basic` with one warning line on stderr (once per process), so that
+ * a newcomer's first command works; `arpo train` never does this implicitly.
+ */
+export function demoIsolation(warn: (line: string) => void = (l) => void process.stderr.write(`${l}\n`)): 'full' | 'basic' {
+  if (demoIsolationLevel === undefined) {
+    const problem = fullIsolationProblem();
+    demoIsolationLevel = problem === null ? 'full' : 'basic';
+    if (problem !== null) warn(`[demo] warning: the demo runs python with basic isolation (arpo train would refuse): ${problem}`);
+  }
+  return demoIsolationLevel;
+}
+
 /**
  * Opens the search index of a demo corpus and mounts `<search>` and `<python>`
  * on a ToolRunner. Use the same runner (or the same options) in the rollout, so
@@ -36,7 +51,7 @@ export async function openDemoTools(corpusPath: string, options: DemoToolsOption
   const index = await SearchIndex.openJsonl(corpusPath, { indexPath: options.indexPath ?? path.join(path.dirname(corpusPath), 'corpus.fts.sqlite') });
   const runner = new ToolRunner(options.runner ?? {});
   runner.register(new SearchTool(index, { topK: options.topK ?? 3, snippetChars: options.snippetChars ?? 400 }));
-  runner.register(new PythonTool(options.python ?? {}));
+  runner.register(new PythonTool({ isolation: demoIsolation(), ...options.python }));
   const runTool: RunTool = async (tag, content) => escapeToolOutput((await runner.run(tag, content)).text);
   return { runner, runTool, close: () => runner.close() };
 }
