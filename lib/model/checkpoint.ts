@@ -59,7 +59,14 @@ export interface LoadedModelConfig {
 
 /** `<source>: expected <what> for <field> but received <value> of type <type>` (arrays shown in full: they are small in configs). */
 function badConfig(source: string, field: string, what: string, value: unknown): ArpoError {
-  const shown = Array.isArray(value) ? describeValue(JSON.stringify(value)).slice(1, -1) : describeValue(value);
+  let shown = describeValue(value);
+  if (Array.isArray(value) && value.length <= 64) {
+    try {
+      shown = describeValue(JSON.stringify(value)).slice(1, -1);
+    } catch {
+      // too deep to print (a fuzzed or hostile file): keep Array(n)
+    }
+  }
   return new ArpoError('BAD_CONFIG', `${source}: expected ${what} for ${field} but received ${shown} of type ${describeType(value)}`);
 }
 

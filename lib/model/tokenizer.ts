@@ -5,7 +5,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { Tokenizer as HFTokenizer } from '@huggingface/tokenizers';
-import { ArpoError, invalidArgument } from '../errors';
+import { ArpoError, describeType, describeValue, invalidArgument } from '../errors';
 import { applyChatTemplate, type ChatMessage, type ChatPrompt, type ChatTemplateOptions } from './chat';
 
 export interface EncodeOptions {
@@ -23,6 +23,29 @@ function tokenContent(v: unknown): string | null {
   if (typeof v === 'string') return v;
   if (v !== null && typeof v === 'object' && typeof (v as { content?: unknown }).content === 'string') return (v as { content: string }).content;
   return null;
+}
+
+const MAX_TOKEN_ID = 2 ** 31 - 1; // ids travel as int32 (Int32Array, the model's embedding rows)
+
+/** Token ids of tokenizer.json (model.vocab values, added_tokens[].id) are integers in [0, 2^31): anything else would wrap or vanish silently in an Int32Array. */
+function checkTokenIds(tokenizerJson: Json, source: string): void {
+  const bad = (field: string, value: unknown): ArpoError =>
+    new ArpoError('BAD_CHECKPOINT', `${source}: expected a token id (an integer in [0, ${MAX_TOKEN_ID}]) for ${field} but received ${describeValue(value)} of type ${describeType(value)}`);
+  const isId = (v: unknown): boolean => Number.isInteger(v) && (v as number) >= 0 && (v as number) <= MAX_TOKEN_ID;
+  const model = tokenizerJson.model as { vocab?: unknown } | undefined;
+  const vocab = model !== null && typeof model === 'object' ? model.vocab : undefined;
+  if (vocab !== null && typeof vocab === 'object' && !Array.isArray(vocab)) {
+    for (const [token, id] of Object.entries(vocab as Record<string, unknown>)) if (!isId(id)) throw bad(`model.vocab[${JSON.stringify(token)}]`, id);
+  }
+  const added = tokenizerJson.added_tokens;
+  if (added === undefined || added === null) return;
+  if (!Array.isArray(added)) throw new ArpoError('BAD_CHECKPOINT', `${source}: expected an array for added_tokens but received ${describeValue(added)} of type ${describeType(added)}`);
+  added.forEach((t: unknown, i) => {
+    if (t === null || typeof t !== 'object' || Array.isArray(t)) throw new ArpoError('BAD_CHECKPOINT', `${source}: expected an object for added_tokens[${i}] but received ${describeValue(t)} of type ${describeType(t)}`);
+    const { id, content } = t as { id?: unknown; content?: unknown };
+    if (!isId(id)) throw bad(`added_tokens[${i}].id`, id);
+    if (typeof content !== 'string' || content.length === 0) throw new ArpoError('BAD_CHECKPOINT', `${source}: expected a non-empty string for added_tokens[${i}].content but received ${describeValue(content)} of type ${describeType(content)}`);
+  });
 }
 
 function readJson(file: string): Json {
@@ -62,6 +85,7 @@ export class Tokenizer {
 
   private constructor(tokenizerJson: Json, tokenizerConfig: Json, source: string, chatTemplateFile: string | null) {
     this.source = source;
+    checkTokenIds(tokenizerJson, source);
     try {
       this.hf = new HFTokenizer(tokenizerJson, tokenizerConfig);
     } catch (e) {
@@ -106,8 +130,14 @@ export class Tokenizer {
     let template: unknown = chatTemplateFile ?? tokenizerConfig.chat_template ?? null;
     if (Array.isArray(template)) {
       // Some configs hold named templates: [{name: "default", template: ...}, ...].
-      const named = template as Array<{ name?: unknown; template?: unknown }>;
-      template = (named.find((t) => t.name === 'default') ?? named[0])?.template ?? null;
+      const named = template as unknown[];
+      named.forEach((t, i) => {
+        if (t === null || typeof t !== 'object' || Array.isArray(t)) {
+          throw new ArpoError('BAD_CHECKPOINT', `${source}: expected an object {name, template} for chat_template[${i}] but received ${describeValue(t)} of type ${describeType(t)}`);
+        }
+      });
+      const entries = named as Array<{ name?: unknown; template?: unknown }>;
+      template = (entries.find((t) => t.name === 'default') ?? entries[0])?.template ?? null;
     }
     if (template !== null && typeof template !== 'string') {
       throw new ArpoError('BAD_CHECKPOINT', `${source}: chat_template must be a string, got ${typeof template}`);

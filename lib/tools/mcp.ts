@@ -3,7 +3,7 @@
 // becomes the tool's arguments (a string argument, or a JSON object).
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { ArpoError, invalidArgument, unknownName } from '../errors';
+import { ArpoError, describeType, describeValue, invalidArgument, unknownName } from '../errors';
 import type { Tool, ToolCallContext, ToolOutput } from './tool';
 
 /** How to start an MCP server on stdio. */
@@ -142,15 +142,35 @@ interface CallToolResultLike {
 
 /** Text of a tool result: text items verbatim, other items as a short marker; structured content as JSON when there is no text. */
 export function resultText(result: CallToolResultLike): string {
+  // A server is a stranger: its reply is checked, and a malformed one is an error naming the field.
+  const bad = (what: string, field: string, value: unknown): ArpoError =>
+    new ArpoError('TOOL_FAILED', `MCP tool reply: expected ${what} for ${field} but received ${describeValue(value)} of type ${describeType(value)}`);
+  if (result === null || typeof result !== 'object' || Array.isArray(result)) throw bad('an object', 'the reply', result);
+  const content: unknown = result.content;
+  if (content !== undefined && content !== null && !Array.isArray(content)) throw bad('an array', 'content', content);
   const parts: string[] = [];
-  for (const item of result.content ?? []) {
+  const str = (x: unknown): string | undefined => (typeof x === 'string' ? x : undefined);
+  ((content ?? []) as unknown[]).forEach((raw, i) => {
+    if (raw === null || typeof raw !== 'object' || Array.isArray(raw) || typeof (raw as { type?: unknown }).type !== 'string') {
+      throw bad('an object with a string type', `content[${i}]`, raw);
+    }
+    const item = raw as { type: string; text?: unknown; mimeType?: unknown; resource?: unknown; uri?: unknown; name?: unknown };
+    const resource = item.resource !== null && typeof item.resource === 'object' ? (item.resource as { uri?: unknown; text?: unknown }) : undefined;
+    const mime = str(item.mimeType);
     if (item.type === 'text' && typeof item.text === 'string') parts.push(item.text);
-    else if (item.type === 'resource' && item.resource) parts.push(item.resource.text ?? `[resource ${item.resource.uri ?? ''}]`);
-    else if (item.type === 'resource_link') parts.push(`[resource ${item.uri ?? item.name ?? ''}]`);
-    else parts.push(`[${item.type}${item.mimeType ? ` ${item.mimeType}` : ''}]`);
-  }
-  if (parts.length === 0 && result.structuredContent !== undefined) parts.push(JSON.stringify(result.structuredContent));
-  if (parts.length === 0 && result.toolResult !== undefined) parts.push(JSON.stringify(result.toolResult));
+    else if (item.type === 'resource' && resource) parts.push(str(resource.text) ?? `[resource ${str(resource.uri) ?? ''}]`);
+    else if (item.type === 'resource_link') parts.push(`[resource ${str(item.uri) ?? str(item.name) ?? ''}]`);
+    else parts.push(`[${item.type}${mime ? ` ${mime}` : ''}]`);
+  });
+  const json = (x: unknown, field: string): string => {
+    try {
+      return JSON.stringify(x) ?? String(x);
+    } catch (e) {
+      throw bad('JSON-serialisable data', field, `(${(e as Error).message})`);
+    }
+  };
+  if (parts.length === 0 && result.structuredContent !== undefined) parts.push(json(result.structuredContent, 'structuredContent'));
+  if (parts.length === 0 && result.toolResult !== undefined) parts.push(json(result.toolResult, 'toolResult'));
   return parts.join('\n');
 }
 
