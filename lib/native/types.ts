@@ -150,24 +150,32 @@ export interface RawMicroBatch {
   refLogprobs?: Float32Array;
 }
 /**
- * One micro-batch of packed rollout trees (native trainTreeStep): nodes in
- * topological order, each a run of `nodeTokens[k]` tokens of `tokens`;
- * per-token arrays aligned to tokens. The copy sums (float64) are those of
+ * Per-token copy sums of the tree policy loss (float64), those of
  * arpo::kernels::policy_loss_copies before the aggregation's denominator:
- * all 0 marks context. `sequences`: trajectories whose loss terms it carries.
+ * S+ and S- (weighted advantages by sign), the weight Σw and the mask-weighted
+ * copy counts by sign and in all; all 0 marks a context token.
  */
-export interface RawTreeMicroBatch {
-  tokens: Int32Array;
-  parent: Int32Array;
-  nodeTokens: Int32Array;
-  oldLogprobs: Float32Array;
-  refLogprobs?: Float32Array;
+export interface TreeCopySums {
   advPos: Float64Array;
   advNeg: Float64Array;
   weight: Float64Array;
   countPos: Float64Array;
   countNeg: Float64Array;
   count: Float64Array;
+}
+/**
+ * One micro-batch of packed rollout trees (native trainTreeStep): nodes in
+ * topological order, each a run of `nodeTokens[k]` tokens of `tokens`;
+ * per-token arrays aligned to tokens. The copy sums (float64) are those of
+ * arpo::kernels::policy_loss_copies before the aggregation's denominator:
+ * all 0 marks context. `sequences`: trajectories whose loss terms it carries.
+ */
+export interface RawTreeMicroBatch extends TreeCopySums {
+  tokens: Int32Array;
+  parent: Int32Array;
+  nodeTokens: Int32Array;
+  oldLogprobs: Float32Array;
+  refLogprobs?: Float32Array;
   sequences: number;
 }
 export interface RawOptimConfig {

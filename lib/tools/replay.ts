@@ -5,7 +5,7 @@ import { createHash } from 'crypto';
 import * as fs from 'fs';
 import * as path from 'path';
 import Database from 'better-sqlite3';
-import { ArpoError, invalidArgument } from '../errors';
+import { ArpoError, describeType, describeValue, invalidArgument } from '../errors';
 
 /**
  * `off`: no cache. `record`: always call the tool, store new answers.
@@ -58,16 +58,37 @@ interface Row {
   created_at: string;
 }
 
-/** A stored row as the cached call it records. */
-function rowToCall(row: Row): CachedCall {
+/**
+ * A stored row as the cached call it records. SQLite keeps whatever a column
+ * was given (a foreign or damaged file may hold numbers, blobs or broken
+ * JSON), so every field is checked; a bad one is an error naming the file,
+ * the row and the field.
+ */
+function rowToCall(file: string, row: Row): CachedCall {
+  const where = `${file}: tool_calls row (tool ${describeValue(row.tool)})`;
+  const bad = (field: string, what: string, value: unknown): ArpoError =>
+    new ArpoError('BAD_DATA', `${where}: expected ${what} for ${field} but received ${describeValue(value)} of type ${describeType(value)}`);
+  for (const f of ['tool', 'input', 'text', 'created_at'] as const) if (typeof row[f] !== 'string') throw bad(f, 'a string', row[f]);
+  if (typeof row.ok !== 'number' && typeof row.ok !== 'bigint') throw bad('ok', 'an integer', row.ok);
+  if (typeof row.ms !== 'number' || !Number.isFinite(row.ms) || row.ms < 0) throw bad('ms', 'a finite number >= 0', row.ms);
+  let meta: Record<string, unknown> | undefined;
+  if (row.meta !== null) {
+    if (typeof row.meta !== 'string') throw bad('meta', 'JSON text or null', row.meta);
+    try {
+      meta = JSON.parse(row.meta) as Record<string, unknown>;
+    } catch (e) {
+      throw bad('meta', `JSON text (${(e as Error).message})`, row.meta);
+    }
+    if (meta === null || typeof meta !== 'object' || Array.isArray(meta)) throw bad('meta', 'a JSON object', meta);
+  }
   return {
     tool: row.tool,
     input: row.input,
     text: row.text,
-    ok: row.ok !== 0,
+    ok: Number(row.ok) !== 0,
     ms: row.ms,
     createdAt: row.created_at,
-    ...(row.meta !== null ? { meta: JSON.parse(row.meta) as Record<string, unknown> } : {}),
+    ...(meta !== undefined ? { meta } : {}),
   };
 }
 
@@ -117,7 +138,7 @@ export class ToolCallCache {
     this.live();
     const row = this.getStmt.get(tool, key);
     if (!row) return undefined;
-    return rowToCall(row);
+    return rowToCall(this.path, row);
   }
 
   /** Stores a call unless one with the same key exists; returns whether this call was stored. */
@@ -141,7 +162,7 @@ export class ToolCallCache {
   *entries(): IterableIterator<CachedCall> {
     const db = this.live();
     for (const row of db.prepare('SELECT tool, input, text, ok, meta, ms, created_at FROM tool_calls ORDER BY created_at').iterate() as IterableIterator<Row>) {
-      yield rowToCall(row);
+      yield rowToCall(this.path, row);
     }
   }
 

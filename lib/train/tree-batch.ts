@@ -19,9 +19,10 @@ import { treeReduceSigned } from '../native/kernels';
 import type { PolicyModel, TrainTreeBatch } from '../model/policy-model';
 import type { RolloutResult, RolloutTree } from '../rollout';
 import type { ScoredBatch } from './batch';
+import type { TreeCopySums } from '../native/types';
 
 /** One prompt's rollout tree in depth-first preorder, with what the policy loss needs per token. */
-export interface TrainTree {
+export interface TrainTree extends TreeCopySums {
   /** Index of its prompt in the batch (its group). */
   group: number;
   tokens: Int32Array;
@@ -32,12 +33,6 @@ export interface TrainTree {
   nodeOffset: Int32Array;
   /** Sampling log-probs (or recomputed ones); 0 where the policy did not sample the token. */
   oldLogprobs: Float32Array;
-  advPos: Float64Array;
-  advNeg: Float64Array;
-  weight: Float64Array;
-  countPos: Float64Array;
-  countNeg: Float64Array;
-  count: Float64Array;
   /** Node of each trajectory's leaf, in the rollout's leaf order. */
   leafNode: Int32Array;
   /** Tokens of its flattened trajectories (Σ of path lengths; what the flat path computes). */

@@ -40,6 +40,24 @@ describe('fuzz regressions', () => {
   const tok = require('../../lib/model/tokenizer') as typeof import('../../lib/model/tokenizer');
   const path = require('path') as typeof import('path');
 
+  test('replay-cache row whose meta is not JSON or whose ms is text (seed 20261203, cases 0 and 8)', () => {
+    const { ToolCallCache, callKey } = require('../../lib/tools/replay') as typeof import('../../lib/tools/replay');
+    const Database = require('better-sqlite3') as typeof import('better-sqlite3');
+    const file = path.join(dir, 'bad-replay.sqlite');
+    const k = callKey('python', 'k', 'print(1)');
+    const c = ToolCallCache.open(file);
+    c.put('python', k, 'print(1)', { text: '1', ok: true, ms: 3, meta: { a: 1 } });
+    c.close();
+    const raw = new Database(file);
+    raw.prepare('UPDATE tool_calls SET meta = ?').run('{"a": 1}}');
+    const reopened = ToolCallCache.open(file);
+    expect(() => reopened.get('python', k)).toThrow(new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: tool_calls row \\(tool "python"\\): expected JSON text \\(.*\\) for meta but received "\\{\\\\"a\\\\": 1\\}\\}"`));
+    raw.prepare('UPDATE tool_calls SET meta = NULL, ms = ?').run('fast');
+    expect(() => reopened.get('python', k)).toThrow('expected a finite number >= 0 for ms but received "fast" of type string');
+    reopened.close();
+    raw.close();
+  });
+
   test('MCP reply whose content is not an array, or holds null (seed 20261203, cases 22-23 and 62)', () => {
     expect(() => resultText({ content: 0 } as never)).toThrow('MCP tool reply: expected an array for content but received 0 of type number');
     expect(() => resultText({ content: [{ type: 'text', text: 'a' }, null] } as never)).toThrow('MCP tool reply: expected an object with a string type for content[1] but received null');

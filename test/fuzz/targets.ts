@@ -11,7 +11,9 @@ import { PromptDataset } from '../../lib/data';
 import { readModelConfig, tinyConfig } from '../../lib/model/checkpoint';
 import { buildTinyBpeTokenizer, Tokenizer, writeTokenizerFiles } from '../../lib/model/tokenizer';
 import { bytesToFloat64, openCheckpointTensors, SafetensorsFile, writeSafetensors } from '../../lib/model/safetensors';
+import Database from 'better-sqlite3';
 import { resultText } from '../../lib/tools/mcp';
+import { callKey, ToolCallCache } from '../../lib/tools/replay';
 import { parseToolCall } from '../../lib/tools/protocol';
 import { loadConfig, validateConfig } from '../../lib/train/config';
 import { caseRng, mutateBytes, mutateJson, mutateJsonText, type Rng } from './mutate';
@@ -230,7 +232,48 @@ export function makeTargets(dir: string): FuzzTarget[] {
     },
   };
 
-  return [safetensors, shardIndex, modelConfig, runConfig, jsonl, protocol, mcpReply, tokenizer];
+  // ------------------------------------------------------------ replay-cache rows
+  const cacheFile = path.join(dir, 'replay.sqlite');
+  const key = callKey('python', 'k', 'print(1)');
+  ToolCallCache.open(cacheFile).close();
+  const raw = new Database(cacheFile);
+  const columns = ['input', 'text', 'ok', 'meta', 'ms', 'created_at'] as const;
+  const seedRow = { input: 'print(1)', text: '1', ok: 1, meta: JSON.stringify({ isolation: 'isolation=full', exitCode: 0 }), ms: 12.5, created_at: '2026-12-03T00:00:00.000Z' };
+  const replayRows: FuzzTarget = {
+    name: 'replay-cache rows',
+    run(seed, index) {
+      const rng = caseRng(seed, index);
+      raw.prepare('DELETE FROM tool_calls').run();
+      raw.prepare('INSERT INTO tool_calls (tool, key, input, text, ok, meta, ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)').run('python', key, seedRow.input, seedRow.text, seedRow.ok, seedRow.meta, seedRow.ms, seedRow.created_at);
+      for (let e = 1 + rng.int(2); e > 0; e--) {
+        const col = rng.pick(columns);
+        const cur = seedRow[col];
+        const kind = rng.int(4);
+        const value =
+          kind === 0 ? mutateBytes(rng, Buffer.from(String(cur), 'utf8')) // a blob
+          : kind === 1 ? mutateBytes(rng, Buffer.from(String(cur), 'utf8')).toString('utf8')
+          : kind === 2 ? rng.pick([0, -1, 1.5, 2 ** 62, -1e308, 1e308])
+          : col === 'meta' ? mutateJsonText(rng, JSON.parse(seedRow.meta)) : String(rng.next());
+        try {
+          raw.prepare(`UPDATE tool_calls SET ${col} = ?`).run(value);
+        } catch {
+          // a NOT NULL or type constraint refused it: that row cannot exist
+        }
+      }
+      const cache = ToolCallCache.open(cacheFile);
+      try {
+        const c = cache.get('python', key);
+        if (!c || typeof c.text !== 'string' || typeof c.ok !== 'boolean' || !Number.isFinite(c.ms)) throw new Error(`replay: a row read back as ${JSON.stringify(c)}`);
+        return 'ok';
+      } catch (e) {
+        return rejected(e, 'replay row', [cacheFile]);
+      } finally {
+        cache.close();
+      }
+    },
+  };
+
+  return [safetensors, shardIndex, modelConfig, runConfig, jsonl, protocol, mcpReply, tokenizer, replayRows];
 }
 
 /** A YAML rendering of `v` (flow style for leaves, sometimes broken by an edit). */
