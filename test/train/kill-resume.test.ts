@@ -159,6 +159,7 @@ describe('kill anywhere, resume to the same numbers', () => {
     expect(moments).toHaveLength(KILLS);
     const got = finalState(runDir);
     expect(got.metrics).toEqual(ref.metrics);
+    expect(Object.keys(ref.files).sort()).toEqual(['model.safetensors', 'optimizer.safetensors']); // weights and AdamW state
     expect(Object.keys(got.files).sort()).toEqual(Object.keys(ref.files).sort());
     for (const [f, bytes] of Object.entries(ref.files)) expect(Buffer.compare(got.files[f]!, bytes)).toBe(0);
   }, 900000);
