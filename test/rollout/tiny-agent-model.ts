@@ -84,3 +84,17 @@ export function applyTokenPrior(dir: string, hidden: number, prior: (v: number) 
 }
 
 export { tok };
+
+/**
+ * Base probabilities for {@link applyTokenPrior} over a real tokenizer whose
+ * protocol tags are single tokens (the demo's): tool tags frequent, answers
+ * rare, EOS rarer, so an untrained model calls search and python often.
+ */
+export function toolTagPrior(tok: { encode(text: string): Int32Array; readonly vocabSize: number; readonly eosTokenId: number | null }): (v: number) => number {
+  const tags: Record<string, number> = { '<search>': 0.06, '</search>': 0.07, '<python>': 0.04, '</python>': 0.06, '<answer>': 0.004, '</answer>': 0.012 };
+  const tagIds = new Map(Object.entries(tags).map(([t, p]) => [tok.encode(t)[0] as number, p]));
+  const eos = tok.eosTokenId ?? -1;
+  const special = new Set([...Object.keys(tags), '<result>', '</result>'].map((t) => tok.encode(t)[0] as number).concat([eos]));
+  const rest = 1 - [...tagIds.values()].reduce((a, b) => a + b, 0) - 0.002;
+  return (v) => tagIds.get(v) ?? (v === eos ? 0.002 : special.has(v) ? 1e-5 : rest / (tok.vocabSize - special.size));
+}

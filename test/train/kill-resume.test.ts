@@ -16,7 +16,7 @@ import { Tokenizer } from '../../lib/model/tokenizer';
 import { CheckpointManager } from '../../lib/train/checkpoint';
 import { readMetrics } from '../../lib/train/metrics';
 import { hasTorch } from '../../lib/native/loader';
-import { applyTokenPrior } from '../rollout/tiny-agent-model';
+import { applyTokenPrior, toolTagPrior } from '../rollout/tiny-agent-model';
 import { Rng } from '../fuzz/mutate';
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -103,12 +103,8 @@ describe('kill anywhere, resume to the same numbers', () => {
       },
       out: modelDir, seed: 7, tokenizerDir: env.dir,
     });
-    // A model that writes tool tags often, so rollouts run real search and python calls.
-    const tags: Record<string, number> = { '<search>': 0.06, '</search>': 0.07, '<python>': 0.04, '</python>': 0.06, '<answer>': 0.004, '</answer>': 0.012 };
-    const tagIds = new Map(Object.entries(tags).map(([t, p]) => [tok.encode(t)[0]!, p]));
-    const special = new Set([...Object.keys(tags), '<result>', '</result>'].map((t) => tok.encode(t)[0]!).concat([tok.eosTokenId!]));
-    const rest = 1 - [...tagIds.values()].reduce((a, b) => a + b, 0) - 0.002;
-    applyTokenPrior(modelDir, 32, (v) => tagIds.get(v) ?? (v === tok.eosTokenId ? 0.002 : special.has(v) ? 1e-5 : rest / (tok.vocabSize - special.size)));
+    // Weights shaped so the untrained model writes tool tags often (real search and python calls).
+    applyTokenPrior(modelDir, 32, toolTagPrior(tok));
     const rewardModule = path.join(tmp, 'reward.js');
     fs.writeFileSync(rewardModule, "exports.rewards = { 'kill-test-length': ({ response }) => (response.length % 3) / 2 };\n");
     const writeConfig = (runDir: string): string => {

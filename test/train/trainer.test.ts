@@ -15,7 +15,7 @@ import { hasTorch } from '../../lib/native/loader';
 import type { RolloutResult } from '../../lib/rollout';
 import { registerReward } from '../../lib/reward';
 import { ToolRunner } from '../../lib/tools/runner';
-import { applyTokenPrior } from '../rollout/tiny-agent-model';
+import { applyTokenPrior, toolTagPrior } from '../rollout/tiny-agent-model';
 
 const DATA = path.resolve(__dirname, '..', '..', '..', 'shared', 'data', 'arpo');
 const sink = { write: () => true, isTTY: false };
@@ -158,14 +158,8 @@ describe('trainer', () => {
     const tok = Tokenizer.fromDir(env.dir);
     const modelDir = path.join(tmp, 'model-det');
     await initModel({ config: { ...tinyQwen3(tok.vocabSize, tok.eosTokenId!), tie_word_embeddings: false }, out: modelDir, seed: 7, tokenizerDir: env.dir });
-    // Weights shaped so the untrained model writes tool tags often (tool calls are what
-    // make the paths sharing each decode call depend on tool timing).
-    const tags: Record<string, number> = { '<search>': 0.06, '</search>': 0.07, '<python>': 0.04, '</python>': 0.06, '<answer>': 0.004, '</answer>': 0.012 };
-    const tagIds = new Map(Object.entries(tags).map(([t, p]) => [tok.encode(t)[0]!, p]));
-    const special = new Set([...Object.keys(tags), '<result>', '</result>'].map((t) => tok.encode(t)[0]!).concat([tok.eosTokenId!]));
-    const plain = tok.vocabSize - special.size;
-    const rest = 1 - [...tagIds.values()].reduce((a, b) => a + b, 0) - 0.002;
-    applyTokenPrior(modelDir, 32, (v) => tagIds.get(v) ?? (v === tok.eosTokenId ? 0.002 : special.has(v) ? 1e-5 : rest / plain));
+    // Weights shaped so the untrained model writes tool tags often (real search and python calls).
+    applyTokenPrior(modelDir, 32, toolTagPrior(tok));
     registerReward('test-response-length', ({ response }) => (response.length % 3) / 2, { replace: true });
     const make = (outDir: string) =>
       validateConfig({
