@@ -94,6 +94,8 @@ const ROOT_FLAGS = ['--net', '--mount', '--pid', '--fork', '--kill-child', '--mo
 // Without root: a user namespace maps us to root inside it, which allows the rest.
 const USERNS_FLAGS = ['--user', '--map-root-user', ...ROOT_FLAGS];
 const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
+/** How long a finished run waits for its output pipes to close. */
+const PIPE_GRACE_MS = 5000;
 
 function tryRun(cmd: string, args: string[], input?: string): { ok: boolean; out: string; err: string } {
   const r = spawnSync(cmd, args, { input, encoding: 'utf8', timeout: 10000, env: { PATH: SANDBOX_PATH } });
@@ -395,9 +397,13 @@ export class PythonSandbox {
       });
       // Whatever is left in the group (background children) dies now.
       killTree();
-      // Pipes close once the last holder is gone; don't wait on an escapee forever.
+      // Pipes close once the last holder is gone (with namespaces, once the
+      // kernel has torn the pid namespace down), and only then is all output
+      // read: on a loaded machine that took over 500 ms (the load test lost a
+      // call's whole stdout at a 500 ms grace). Wait up to 5 s; only an escapee
+      // still holding the pipes (basic isolation, setsid) costs that long.
       let grace: NodeJS.Timeout | undefined;
-      await Promise.race([pipesClosed, new Promise((r) => (grace = setTimeout(r, 500)))]);
+      await Promise.race([pipesClosed, new Promise((r) => (grace = setTimeout(r, PIPE_GRACE_MS)))]);
       clearTimeout(grace);
       child.stdout.destroy();
       child.stderr.destroy();
