@@ -2,28 +2,9 @@
 // insertions, length fields), JSON value edits (huge counts, NaN/Inf, wrong
 // types, deep nesting, missing keys) and JSON text edits (duplicate keys,
 // broken tokens). Every choice comes from one counter-based stream, so a case
-// is replayed from (seed, index) alone.
-
-/** mulberry32: small, fast, good enough to pick mutations. */
-export class Rng {
-  private s: number;
-  constructor(seed: number) {
-    this.s = seed >>> 0;
-  }
-  next(): number {
-    this.s = (this.s + 0x6d2b79f5) >>> 0;
-    let t = this.s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  }
-  int(n: number): number {
-    return Math.floor(this.next() * n);
-  }
-  pick<T>(xs: readonly T[]): T {
-    return xs[this.int(xs.length)] as T;
-  }
-}
+// is replayed from (seed, index) alone. The generator is the demo world's
+// mulberry32 (lib/envs/demo/rng.ts).
+import { Rng } from '../../lib/envs/demo/rng';
 
 /** The stream of case `index` of a run seeded with `seed`. */
 export function caseRng(seed: number, index: number): Rng {
@@ -35,12 +16,12 @@ const INTERESTING_BYTES = [0x00, 0x01, 0x7f, 0x80, 0xff, 0x22, 0x5c, 0x7b, 0x7d,
 /** One to four random byte-level edits of `buf` (a new buffer). */
 export function mutateBytes(rng: Rng, buf: Buffer): Buffer {
   let b = Buffer.from(buf);
-  const edits = 1 + rng.int(4);
+  const edits = 1 + rng.int(0, 3);
   for (let e = 0; e < edits; e++) {
-    const at = b.length === 0 ? 0 : rng.int(b.length);
-    switch (rng.int(7)) {
+    const at = b.length === 0 ? 0 : rng.int(0, b.length - 1);
+    switch (rng.int(0, 6)) {
       case 0: // bit flip
-        if (b.length > 0) b[at] = (b[at] as number) ^ (1 << rng.int(8));
+        if (b.length > 0) b[at] = (b[at] as number) ^ (1 << rng.int(0, 7));
         break;
       case 1: // interesting byte
         if (b.length > 0) b[at] = rng.pick(INTERESTING_BYTES);
@@ -50,23 +31,23 @@ export function mutateBytes(rng: Rng, buf: Buffer): Buffer {
         break;
       case 3: {
         // insert random bytes
-        const n = 1 + rng.int(16);
+        const n = 1 + rng.int(0, 15);
         const ins = Buffer.alloc(n);
-        for (let i = 0; i < n; i++) ins[i] = rng.int(256);
+        for (let i = 0; i < n; i++) ins[i] = rng.int(0, 255);
         b = Buffer.concat([b.subarray(0, at), ins, b.subarray(at)]);
         break;
       }
       case 4: // delete a range
-        b = Buffer.concat([b.subarray(0, at), b.subarray(Math.min(b.length, at + 1 + rng.int(32)))]);
+        b = Buffer.concat([b.subarray(0, at), b.subarray(Math.min(b.length, at + 1 + rng.int(0, 31)))]);
         break;
       case 5: {
         // duplicate a range
-        const end = Math.min(b.length, at + 1 + rng.int(64));
+        const end = Math.min(b.length, at + 1 + rng.int(0, 63));
         b = Buffer.concat([b.subarray(0, end), b.subarray(at, end), b.subarray(end)]);
         break;
       }
       default: // a random 8-byte little-endian integer somewhere (lengths, counts)
-        if (b.length >= 8) b.writeBigUInt64LE(rng.pick([0n, 1n, 7n, 0xffffffffn, 0x7fffffffffffffffn, 0xffffffffffffffffn, BigInt(rng.int(1 << 30))]), rng.int(b.length - 7));
+        if (b.length >= 8) b.writeBigUInt64LE(rng.pick([0n, 1n, 7n, 0xffffffffn, 0x7fffffffffffffffn, 0xffffffffffffffffn, BigInt(rng.int(0, (1 << 30) - 1))]), rng.int(0, b.length - 8));
     }
   }
   return b;
@@ -81,8 +62,8 @@ export function interestingValue(rng: Rng): unknown {
   };
   return rng.pick<() => unknown>([
     () => 0, () => -1, () => 1.5, () => 2 ** 53, () => 2 ** 64, () => 1e308, () => -1e308, () => NaN, () => Infinity, () => -Infinity,
-    () => '', () => 'x'.repeat(1 + rng.int(5000)), () => '\u0000', () => '\ud800', () => 'NaN', () => '-1', () => '1e999',
-    () => null, () => true, () => false, () => [], () => {}, () => [1, 2, 3], () => ({ x: 1 }), () => deep(2 + rng.int(40)), () => deep(2000),
+    () => '', () => 'x'.repeat(1 + rng.int(0, 4999)), () => '\u0000', () => '\ud800', () => 'NaN', () => '-1', () => '1e999',
+    () => null, () => true, () => false, () => [], () => {}, () => [1, 2, 3], () => ({ x: 1 }), () => deep(2 + rng.int(0, 39)), () => deep(2000),
     () => [2 ** 31, 2 ** 31], () => [-1], () => ['a'],
   ])();
 }
@@ -101,7 +82,7 @@ function nodePaths(v: Json, prefix: Array<string | number> = [], out: Array<Arra
 /** One to three edits of a JSON-like value (a deep copy; `structuredClone` keeps NaN and Infinity out of it). */
 export function mutateJson(rng: Rng, value: Json): Json {
   let root = JSON.parse(JSON.stringify(value)) as Json;
-  const edits = 1 + rng.int(3);
+  const edits = 1 + rng.int(0, 2);
   for (let e = 0; e < edits; e++) {
     const paths = nodePaths(root);
     const p = rng.pick(paths);
@@ -112,7 +93,7 @@ export function mutateJson(rng: Rng, value: Json): Json {
     const parent = p.slice(0, -1).reduce<Json>((o, k) => (o as Record<string | number, Json>)[k], root) as Record<string | number, Json> | Json[];
     const key = p[p.length - 1] as string | number;
     const cur = (parent as Record<string | number, Json>)[key];
-    switch (rng.int(5)) {
+    switch (rng.int(0, 4)) {
       case 0: // delete
         if (Array.isArray(parent)) parent.splice(key as number, 1);
         else delete (parent as Record<string, Json>)[key as string];
@@ -137,7 +118,7 @@ export function mutateJson(rng: Rng, value: Json): Json {
 /** JSON text of `value` with text-level edits: duplicate keys, bare NaN/Infinity, cut tokens, deep brackets. */
 export function mutateJsonText(rng: Rng, value: Json): string {
   let s = JSON.stringify(mutateJson(rng, value)) ?? 'null';
-  const op = rng.int(6);
+  const op = rng.int(0, 5);
   if (op === 0) {
     // duplicate the first key of some object with another value
     const m = [...s.matchAll(/\{"([^"\\]*)":/g)];
@@ -149,9 +130,9 @@ export function mutateJsonText(rng: Rng, value: Json): string {
   } else if (op === 1) {
     s = s.replace(/\d+(\.\d+)?/, rng.pick(['NaN', 'Infinity', '-Infinity', '1e999', '-0', '00', '0x10']));
   } else if (op === 2) {
-    s = s.slice(0, rng.int(s.length + 1));
+    s = s.slice(0, rng.int(0, s.length));
   } else if (op === 3) {
-    const n = 100 + rng.int(20000);
+    const n = 100 + rng.int(0, 19999);
     s = `${'['.repeat(n)}${']'.repeat(rng.next() < 0.5 ? n : n - 1)}`;
   } else if (op === 4) {
     s = mutateBytes(rng, Buffer.from(s, 'utf8')).toString('utf8');

@@ -16,7 +16,8 @@ import { resultText } from '../../lib/tools/mcp';
 import { callKey, ToolCallCache } from '../../lib/tools/replay';
 import { parseToolCall } from '../../lib/tools/protocol';
 import { loadConfig, validateConfig } from '../../lib/train/config';
-import { caseRng, mutateBytes, mutateJson, mutateJsonText, type Rng } from './mutate';
+import type { Rng } from '../../lib/envs/demo/rng';
+import { caseRng, mutateBytes, mutateJson, mutateJsonText } from './mutate';
 
 export interface FuzzTarget {
   readonly name: string;
@@ -135,7 +136,7 @@ export function makeTargets(dir: string): FuzzTarget[] {
     name: 'run config (object, JSON, YAML)',
     run(seed, index) {
       const rng = caseRng(seed, index);
-      const kind = rng.int(3);
+      const kind = rng.int(0, 2);
       const file = kind === 1 ? path.join(dir, 'run.json') : path.join(dir, 'run.yaml');
       try {
         if (kind === 0) validateConfig(mutateJson(rng, runSeed), 'run config');
@@ -245,10 +246,10 @@ export function makeTargets(dir: string): FuzzTarget[] {
       const rng = caseRng(seed, index);
       raw.prepare('DELETE FROM tool_calls').run();
       raw.prepare('INSERT INTO tool_calls (tool, key, input, text, ok, meta, ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)').run('python', key, seedRow.input, seedRow.text, seedRow.ok, seedRow.meta, seedRow.ms, seedRow.created_at);
-      for (let e = 1 + rng.int(2); e > 0; e--) {
+      for (let e = 1 + rng.int(0, 1); e > 0; e--) {
         const col = rng.pick(columns);
         const cur = seedRow[col];
-        const kind = rng.int(4);
+        const kind = rng.int(0, 3);
         const value =
           kind === 0 ? mutateBytes(rng, Buffer.from(String(cur), 'utf8')) // a blob
           : kind === 1 ? mutateBytes(rng, Buffer.from(String(cur), 'utf8')).toString('utf8')

@@ -17,7 +17,7 @@ import { CheckpointManager } from '../../lib/train/checkpoint';
 import { readMetrics } from '../../lib/train/metrics';
 import { hasTorch } from '../../lib/native/loader';
 import { applyTokenPrior, toolTagPrior } from '../rollout/tiny-agent-model';
-import { Rng } from '../fuzz/mutate';
+import { Rng } from '../../lib/envs/demo/rng';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const KILLS = Number(process.env.ARPO_KILL_POINTS ?? 20);
@@ -139,7 +139,7 @@ describe('kill anywhere, resume to the same numbers', () => {
       // One kill in four anywhere in a run (start-up included), the others after
       // start-up, spread over the rollout / update / checkpoint / report time.
       const early = rng.next() < 0.25;
-      const o = await runTrain(cfg, resume, kills < KILLS ? { ms: early ? 200 + rng.int(wall) : rng.int(trainMs), afterStartup: !early } : undefined);
+      const o = await runTrain(cfg, resume, kills < KILLS ? { ms: early ? 200 + rng.int(0, wall - 1) : rng.int(0, trainMs - 1), afterStartup: !early } : undefined);
       const step = checkReadable(runDir);
       if (o.signal === 'SIGKILL') {
         kills++;
