@@ -94,6 +94,10 @@ const ROOT_FLAGS = ['--net', '--mount', '--pid', '--fork', '--kill-child', '--mo
 // Without root: a user namespace maps us to root inside it, which allows the rest.
 const USERNS_FLAGS = ['--user', '--map-root-user', ...ROOT_FLAGS];
 const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
+/** PythonSandbox's default uid range and group (also what fullIsolationProblem probes, so its detection is the sandbox's cached one). */
+const DEFAULT_UID = 62000;
+const DEFAULT_UID_POOL = 64;
+const DEFAULT_GID = 65534;
 /** How long a finished run waits for its output pipes to close. */
 const PIPE_GRACE_MS = 5000;
 
@@ -114,7 +118,7 @@ const uidsInUse = new Set<number>();
  * short of full (see `missing`); {@link PythonSandbox} refuses such a result
  * with {@link isolationError}. `basic` skips the namespaces.
  */
-export function detectIsolation(python = '/usr/bin/python3', uid = 62000, gid = 65534, mode: 'full' | 'basic' = 'full', uidPoolSize = 1): Isolation {
+export function detectIsolation(python = '/usr/bin/python3', uid = DEFAULT_UID, gid = DEFAULT_GID, mode: 'full' | 'basic' = 'full', uidPoolSize = 1): Isolation {
   const key = `${python}|${uid}|${gid}|${mode}|${uidPoolSize}`;
   const hit = detected.get(key);
   if (hit) return hit;
@@ -185,7 +189,7 @@ export function isolationError(iso: Isolation, isRoot = process.getuid?.() === 0
 
 /** Null when this machine gives full isolation, else the message of {@link isolationError} (for callers that may opt in to basic, like the demo). */
 export function fullIsolationProblem(python = '/usr/bin/python3'): string | null {
-  const iso = detectIsolation(python);
+  const iso = detectIsolation(python, DEFAULT_UID, DEFAULT_GID, 'full', DEFAULT_UID_POOL);
   return iso.missing.length === 0 ? null : isolationError(iso).message;
 }
 
@@ -244,9 +248,9 @@ export class PythonSandbox {
     this.maxFileBytes = checkInt('maxFileBytes', options.maxFileBytes ?? 16 * 1024 ** 2, 1);
     this.tmpBytes = checkInt('tmpBytes', options.tmpBytes ?? 64 * 1024 ** 2, 1024 ** 2);
     this.maxOutputBytes = checkInt('maxOutputBytes', options.maxOutputBytes ?? 64 * 1024, 1);
-    this.uid = checkInt('uid', options.uid ?? 62000, 1);
-    this.uidPoolSize = checkInt('uidPoolSize', options.uidPoolSize ?? 64, 1);
-    this.gid = checkInt('gid', options.gid ?? 65534, 1);
+    this.uid = checkInt('uid', options.uid ?? DEFAULT_UID, 1);
+    this.uidPoolSize = checkInt('uidPoolSize', options.uidPoolSize ?? DEFAULT_UID_POOL, 1);
+    this.gid = checkInt('gid', options.gid ?? DEFAULT_GID, 1);
     this.lastExpression = options.lastExpression ?? 'repr';
     if (!['repr', 'print', 'none'].includes(this.lastExpression)) throw invalidArgument('"repr", "print" or "none"', 'lastExpression', this.lastExpression);
     const mode = options.isolation ?? 'full';
