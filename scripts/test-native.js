@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // Runs the C++ tests (ctest). Uses the cmake-js build tree when present
-// (build-cmake/), else configures a standalone one in build-tests/.
+// (build-cmake/), else configures a standalone one in build-tests/. Then
+// builds and runs the sanitised fuzz targets (native/fuzz/, in build-fuzz/):
+// ARPO_NATIVE_FUZZ_CASES seeded cases per target (default 20000).
 'use strict';
 const { spawnSync } = require('child_process');
 const fs = require('fs');
@@ -20,3 +22,9 @@ if (!fs.existsSync(path.join(dir, 'CMakeCache.txt'))) {
 }
 run('cmake', ['--build', dir, '-j', jobs]);
 run('ctest', ['--test-dir', dir, '--output-on-failure', '-j', jobs]);
+
+const fuzzDir = path.join(root, 'build-fuzz');
+const fuzzCases = String(Number(process.env.ARPO_NATIVE_FUZZ_CASES ?? 20000));
+run('cmake', ['-S', path.join(root, 'native', 'fuzz'), '-B', fuzzDir, `-DARPO_FUZZ_CASES=${fuzzCases}`]);
+run('cmake', ['--build', fuzzDir, '-j', jobs]);
+run('ctest', ['--test-dir', fuzzDir, '--output-on-failure', '-j', jobs]);

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "torch/json.h"
+#include "format/json.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader copies bytes as-is and needs a little-endian host"
@@ -23,40 +23,16 @@ namespace st {
 
 namespace {
 
-std::runtime_error file_error(const std::string& source, const std::string& what) {
-  return std::runtime_error(source + ": " + what);
-}
-std::runtime_error tensor_error(const std::string& source, const std::string& name, const std::string& what) {
-  return std::runtime_error(source + ": tensor " + json::quote(name) + ": " + what);
-}
 std::string sys_error(const std::string& op) {
   return op + " failed: " + std::strerror(errno);
 }
 
-struct DTypeEntry {
-  const char* name;
-  torch::ScalarType type;
-  int64_t size;
+// libtorch's type for each entry of kDTypes, by position.
+const torch::ScalarType kTorchTypes[] = {
+    torch::kFloat64, torch::kFloat32, torch::kFloat16, torch::kBFloat16, torch::kInt64,
+    torch::kInt32,   torch::kInt16,   torch::kInt8,    torch::kUInt8,    torch::kBool,
 };
-// The dtypes libtorch 1.13 can hold (no float8 / unsigned > 8 bits there).
-const DTypeEntry kDTypes[] = {
-    {"F64", torch::kFloat64, 8}, {"F32", torch::kFloat32, 4}, {"F16", torch::kFloat16, 2},
-    {"BF16", torch::kBFloat16, 2}, {"I64", torch::kInt64, 8}, {"I32", torch::kInt32, 4},
-    {"I16", torch::kInt16, 2}, {"I8", torch::kInt8, 1}, {"U8", torch::kUInt8, 1},
-    {"BOOL", torch::kBool, 1},
-};
-
-const DTypeEntry* find_dtype(const std::string& name) {
-  for (const auto& e : kDTypes)
-    if (name == e.name) return &e;
-  return nullptr;
-}
-
-std::string known_dtypes() {
-  std::string s;
-  for (const auto& e : kDTypes) s += (s.empty() ? "" : ", ") + std::string(e.name);
-  return s;
-}
+static_assert(sizeof(kTorchTypes) / sizeof(kTorchTypes[0]) == kNumDTypes, "one torch type per safetensors dtype");
 
 std::string join_path(const std::string& dir, const std::string& file) {
   if (dir.empty() || dir.back() == '/') return dir + file;
@@ -109,104 +85,15 @@ void write_all(int fd, const uint8_t* data, uint64_t size, const std::string& pa
 }  // namespace
 
 std::string dtype_name(torch::ScalarType dtype) {
-  for (const auto& e : kDTypes)
-    if (e.type == dtype) return e.name;
+  for (size_t i = 0; i < kNumDTypes; ++i)
+    if (kTorchTypes[i] == dtype) return kDTypes[i].name;
   throw std::runtime_error(std::string("safetensors has no dtype for torch ") + c10::toString(dtype));
 }
 
 torch::ScalarType scalar_type(const std::string& name) {
-  const DTypeEntry* e = find_dtype(name);
-  if (!e) throw std::runtime_error("unknown safetensors dtype " + json::quote(name) + " (known: " + known_dtypes() + ")");
-  return e->type;
-}
-
-int64_t dtype_size(const std::string& name) {
-  const DTypeEntry* e = find_dtype(name);
-  if (!e) throw std::runtime_error("unknown safetensors dtype " + json::quote(name) + " (known: " + known_dtypes() + ")");
-  return e->size;
-}
-
-// ------------------------------------------------------------------ header
-void parse_header(const std::string& source, const char* header, uint64_t header_bytes, uint64_t data_bytes,
-                  std::map<std::string, TensorInfo>* tensors, std::map<std::string, std::string>* metadata) {
-  json::Value root;
-  try {
-    root = json::parse(header, header_bytes);
-  } catch (const json::ParseError& e) {
-    throw file_error(source, std::string("header is not valid JSON (") + e.what() + ")");
-  }
-  if (!root.is_object())
-    throw file_error(source, std::string("header is a JSON ") + json::Value::type_name(root.type()) + ", expected an object");
-
-  tensors->clear();
-  metadata->clear();
-  for (const auto& kv : root.as_object()) {
-    const std::string& name = kv.first;
-    const json::Value& entry = kv.second;
-    if (name == "__metadata__") {
-      if (!entry.is_object()) throw file_error(source, "\"__metadata__\" must be an object of strings");
-      for (const auto& m : entry.as_object()) {
-        if (!m.second.is_string())
-          throw file_error(source, "\"__metadata__\" value for " + json::quote(m.first) + " is a " +
-                                       json::Value::type_name(m.second.type()) + ", expected a string");
-        (*metadata)[m.first] = m.second.as_string();
-      }
-      continue;
-    }
-    if (!entry.is_object())
-      throw tensor_error(source, name, std::string("entry is a ") + json::Value::type_name(entry.type()) + ", expected an object");
-    TensorInfo info;
-
-    const json::Value* dtype = entry.find("dtype");
-    if (!dtype || !dtype->is_string()) throw tensor_error(source, name, "missing string field \"dtype\"");
-    const DTypeEntry* dt = find_dtype(dtype->as_string());
-    if (!dt) throw tensor_error(source, name, "unknown dtype " + json::quote(dtype->as_string()) + " (known: " + known_dtypes() + ")");
-    info.dtype = dt->name;
-
-    const json::Value* shape = entry.find("shape");
-    if (!shape || !shape->is_array()) throw tensor_error(source, name, "missing array field \"shape\"");
-    // numel * itemsize with overflow checks: a hostile shape must not wrap around.
-    uint64_t bytes = static_cast<uint64_t>(dt->size);
-    for (const auto& d : shape->as_array()) {
-      if (!d.is_integer() || d.as_int64() < 0)
-        throw tensor_error(source, name, "shape " + json::dump(*shape) + " must hold non-negative integers");
-      info.shape.push_back(d.as_int64());
-      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d.as_int64()), &bytes))
-        throw tensor_error(source, name, "shape " + json::dump(*shape) + " overflows 64-bit byte counts");
-    }
-
-    const json::Value* offsets = entry.find("data_offsets");
-    if (!offsets || !offsets->is_array() || offsets->as_array().size() != 2 || !offsets->as_array()[0].is_integer() ||
-        !offsets->as_array()[1].is_integer() || offsets->as_array()[0].as_int64() < 0 || offsets->as_array()[1].as_int64() < 0)
-      throw tensor_error(source, name, "\"data_offsets\" must be [begin, end] of non-negative integers, got " +
-                                           (offsets ? json::dump(*offsets) : std::string("nothing")));
-    info.begin = static_cast<uint64_t>(offsets->as_array()[0].as_int64());
-    info.end = static_cast<uint64_t>(offsets->as_array()[1].as_int64());
-    const std::string range = "[" + std::to_string(info.begin) + ", " + std::to_string(info.end) + "]";
-    if (info.end < info.begin) throw tensor_error(source, name, "data_offsets " + range + " end before they begin");
-    if (info.end > data_bytes)
-      throw tensor_error(source, name, "data_offsets " + range + " exceed the data section of " + std::to_string(data_bytes) + " bytes");
-    if (info.end - info.begin != bytes)
-      throw tensor_error(source, name, "data_offsets " + range + " hold " + std::to_string(info.end - info.begin) +
-                                           " bytes but dtype " + info.dtype + " and shape " + json::dump(*shape) + " need " +
-                                           std::to_string(bytes));
-    (*tensors)[name] = std::move(info);
-  }
-
-  // Tensors may leave gaps, but two tensors may never share bytes.
-  std::vector<std::pair<const std::string*, const TensorInfo*>> by_offset;
-  for (const auto& kv : *tensors)
-    if (kv.second.end > kv.second.begin) by_offset.emplace_back(&kv.first, &kv.second);
-  std::sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) { return a.second->begin < b.second->begin; });
-  for (size_t i = 1; i < by_offset.size(); ++i) {
-    const auto& prev = by_offset[i - 1];
-    const auto& cur = by_offset[i];
-    if (cur.second->begin < prev.second->end)
-      throw tensor_error(source, *cur.first, "data_offsets [" + std::to_string(cur.second->begin) + ", " +
-                                                 std::to_string(cur.second->end) + "] overlap tensor " + json::quote(*prev.first) +
-                                                 " at [" + std::to_string(prev.second->begin) + ", " +
-                                                 std::to_string(prev.second->end) + "]");
-  }
+  const int i = dtype_index(name);
+  if (i < 0) throw std::runtime_error("unknown safetensors dtype " + json::quote(name) + " (known: " + known_dtypes() + ")");
+  return kTorchTypes[i];
 }
 
 // ------------------------------------------------------------------ reader
@@ -226,9 +113,9 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     throw file_error(path, "not a regular file");
   }
   file->file_size_ = static_cast<uint64_t>(sb.st_size);
-  if (file->file_size_ < 8) {
+  if (file->file_size_ < 8) {  // mmap of an empty file fails; parse_file names the problem
     ::close(fd);
-    throw file_error(path, "file is " + std::to_string(file->file_size_) + " bytes, too short for the 8-byte header length");
+    file->data_start_ = parse_file(path, nullptr, file->file_size_, &file->tensors_, &file->metadata_);
   }
   void* map = ::mmap(nullptr, file->file_size_, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_errno = errno;
@@ -238,19 +125,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     throw file_error(path, sys_error("mmap"));
   }
   file->map_ = static_cast<const uint8_t*>(map);  // unmapped by the destructor from here on
-
-  uint64_t header_bytes = 0;
-  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | file->map_[i];  // little-endian u64
-  if (header_bytes > kMaxHeaderBytes)
-    throw file_error(path, "header length " + std::to_string(header_bytes) + " exceeds the limit of " +
-                               std::to_string(kMaxHeaderBytes) + " bytes");
-  if (header_bytes > file->file_size_ - 8)
-    throw file_error(path, "header length " + std::to_string(header_bytes) + " exceeds the " +
-                               std::to_string(file->file_size_ - 8) + " bytes after the length prefix (truncated file?)");
-  if (header_bytes == 0 || file->map_[8] != '{') throw file_error(path, "header does not start with '{'");
-  file->data_start_ = 8 + header_bytes;
-  parse_header(path, reinterpret_cast<const char*>(file->map_ + 8), header_bytes, file->file_size_ - file->data_start_,
-               &file->tensors_, &file->metadata_);
+  file->data_start_ = parse_file(path, file->map_, file->file_size_, &file->tensors_, &file->metadata_);
   return file;
 }
 
@@ -284,25 +159,8 @@ void visit_checkpoint(const std::string& dir,
   if (!file_exists(index_path))
     throw file_error(dir, "no model.safetensors or model.safetensors.index.json in this directory");
 
-  json::Value index;
-  try {
-    index = json::parse(read_text_file(index_path));
-  } catch (const json::ParseError& e) {
-    throw file_error(index_path, std::string("not valid JSON (") + e.what() + ")");
-  }
-  const json::Value* weight_map = index.find("weight_map");
-  if (!weight_map || !weight_map->is_object()) throw file_error(index_path, "missing object field \"weight_map\"");
-  std::map<std::string, std::string> tensor_to_shard;
-  for (const auto& kv : weight_map->as_object()) {
-    if (!kv.second.is_string())
-      throw file_error(index_path, "weight_map entry for " + json::quote(kv.first) + " is not a file name string");
-    const std::string& shard = kv.second.as_string();
-    // Shards live in the checkpoint directory itself: no paths, no escapes.
-    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..")
-      throw file_error(index_path, "weight_map entry for " + json::quote(kv.first) + " names " + json::quote(shard) +
-                                       ", which is not a plain file name in the checkpoint directory");
-    tensor_to_shard[kv.first] = shard;
-  }
+  const std::string index_text = read_text_file(index_path);
+  const std::map<std::string, std::string> tensor_to_shard = parse_index(index_path, index_text.data(), index_text.size());
   // Open (and validate) every shard and check the map before visiting anything,
   // so a bad index fails before the caller has consumed half a checkpoint.
   std::map<std::string, std::shared_ptr<SafetensorsFile>> shards;

@@ -3,7 +3,8 @@
 // atomic writer. Format (huggingface/safetensors): u64 little-endian header
 // length N, N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]},
 // "__metadata__": {str: str}}, then the data; offsets are relative to the data
-// section. Every error is a std::runtime_error naming the file (and tensor).
+// section (the format itself, without libtorch: format/safetensors_format.h).
+// Every error is a std::runtime_error naming the file (and tensor).
 #pragma once
 
 #include <torch/torch.h>
@@ -16,25 +17,15 @@
 #include <utility>
 #include <vector>
 
+#include "format/safetensors_format.h"
+
 namespace arpo {
 namespace st {
-
-// Largest header accepted (the reference implementation's MAX_HEADER_SIZE).
-constexpr uint64_t kMaxHeaderBytes = 100000000;
-
-struct TensorInfo {
-  std::string dtype;           // "F32", "BF16", ...
-  std::vector<int64_t> shape;  // may be empty (a scalar)
-  uint64_t begin = 0;          // byte offsets within the data section
-  uint64_t end = 0;
-};
 
 // The safetensors dtype string for a torch dtype and back; both throw on
 // dtypes safetensors (or this reader) does not have.
 std::string dtype_name(torch::ScalarType dtype);
 torch::ScalarType scalar_type(const std::string& dtype_name);
-// Bytes per element of a safetensors dtype string (throws when unknown).
-int64_t dtype_size(const std::string& dtype_name);
 
 class SafetensorsFile {
  public:
@@ -63,12 +54,6 @@ class SafetensorsFile {
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
 };
-
-// Parses and validates a header (the N bytes after the length prefix) for a
-// data section of data_bytes; `source` names the file in messages. Exposed so
-// tests can feed hand-made headers.
-void parse_header(const std::string& source, const char* header, uint64_t header_bytes, uint64_t data_bytes,
-                  std::map<std::string, TensorInfo>* tensors, std::map<std::string, std::string>* metadata);
 
 // All tensors of an HF checkpoint directory: `model.safetensors`, or the
 // shards named by `model.safetensors.index.json` ("weight_map": {tensor:

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -14,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "torch/json.h"
+#include "format/json.h"
 #include "torch/safetensors.h"
 
 namespace st = arpo::st;
@@ -102,6 +103,14 @@ static void test_json() {
                           "\"\\ud800\"", "tru", "\"a\nb\""}) {
     expect_error(std::string("json: rejects ") + json::quote(bad), [&] { json::parse(bad); }, {"invalid JSON at byte"});
   }
+  // Found by native/fuzz/json_fuzz: a number beyond double range was accepted as
+  // inf (which dump() then refused), and a whole-valued double such as -0.0
+  // dumped as "-0", which read back as the integer 0.
+  expect_error("json: 1e999 is out of range", [] { json::parse("[1e999]"); }, {"invalid JSON at byte", "1e999", "out of range"});
+  expect_error("json: a 400-digit integer is out of range", [] { json::parse(std::string(400, '9')); }, {"out of range"});
+  check(json::dump(json::Value::number(-0.0)) == "-0.0" && std::signbit(json::parse("-0.0").as_double()), "json: -0.0 round trips");
+  check(json::dump(json::Value::number(2)) == "2.0" && !json::parse("2.0").is_integer(), "json: a whole double stays a double");
+  check(json::dump(json::parse("[1e300,0.1]")) == "[1.0000000000000001e+300,0.10000000000000001]", "json: doubles dump with 17 digits");
   expect_error("json: nesting limit", [] { json::parse(std::string(1000, '[') + std::string(1000, ']')); }, {"nesting"});
 }
 

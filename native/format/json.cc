@@ -1,11 +1,12 @@
 // JSON reader/writer for arpo's native layer (see json.h): a recursive-descent
 // parser over the RFC 8259 grammar and a compact writer.
-#include "torch/json.h"
+#include "format/json.h"
 
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 namespace arpo {
@@ -329,7 +330,10 @@ class Parser {
       if (errno != ERANGE && endp && *endp == '\0') return Value::integer(static_cast<int64_t>(i));
       // Too large for int64: kept as a double (not an exact integer).
     }
-    return Value::number(std::strtod(text.c_str(), nullptr));
+    const double d = std::strtod(text.c_str(), nullptr);
+    // 1e999 overflows a double; JSON has no infinities and dump() could not write one back.
+    if (!std::isfinite(d)) fail("number " + (text.size() > 40 ? text.substr(0, 40) + "..." : text) + " is out of range for a double");
+    return Value::number(d);
   }
 };
 
@@ -379,6 +383,8 @@ static void dump_to(std::string& out, const Value& v) {
         char buf[32];
         std::snprintf(buf, sizeof buf, "%.17g", d);
         out += buf;
+        // "2" or "-0" would read back as an integer (and -0 as 0): keep it a double.
+        if (std::strpbrk(buf, ".e") == nullptr) out += ".0";
       }
       break;
     }
