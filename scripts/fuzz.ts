@@ -19,7 +19,9 @@ async function main(): Promise<number> {
   const only = arg('only');
   const dir = fuzzDir();
   try {
-    const targets = makeTargets(dir).filter((t) => only === undefined || t.name.includes(only));
+    const matching = makeTargets(dir).filter((t) => only === undefined || t.name.includes(only));
+    for (const t of matching) if (t.skip !== undefined) process.stdout.write(`fuzz: ${t.name} skipped: ${t.skip}\n`);
+    const targets = matching.filter((t) => t.skip === undefined);
     if (targets.length === 0) throw new Error(`no fuzz target matches --only ${JSON.stringify(only)}`);
     const stats = targets.map(() => ({ ok: 0, rejected: 0, failed: 0, ms: 0 }));
     const deadline = Date.now() + minutes * 60000;

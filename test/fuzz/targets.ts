@@ -21,6 +21,8 @@ import { caseRng, mutateBytes, mutateJson, mutateJsonText } from './mutate';
 
 export interface FuzzTarget {
   readonly name: string;
+  /** Why this target cannot run here (its seed is missing), when it cannot. */
+  readonly skip?: string;
   /** Runs case `index`; throws only for a defect. */
   run(seed: number, index: number): Promise<'ok' | 'rejected'> | 'ok' | 'rejected';
 }
@@ -174,6 +176,42 @@ export function makeTargets(dir: string): FuzzTarget[] {
     },
   };
 
+  // ------------------------------------------------------------ parquet dataset rows
+  // The seed is the reference's smallest real RL dataset (103 rows): no parquet
+  // writer ships with hyparquet, and a real file exercises what users load.
+  // Half the cases edit the footer (the thrift FileMetaData: schema, row
+  // groups, column chunk offsets and sizes, page counts), fixing its length
+  // field half of those times so the reader gets past the framing.
+  const parquetSeedFile = path.join(__dirname, '..', '..', '..', 'shared', 'data', 'arpo', 'gaia_test.parquet');
+  const parquetSeed = fs.existsSync(parquetSeedFile) ? fs.readFileSync(parquetSeedFile) : undefined;
+  const parquet: FuzzTarget = {
+    name: 'parquet dataset rows',
+    skip: parquetSeed ? undefined : `no seed file ${parquetSeedFile} (the reference's datasets are not on this machine)`,
+    async run(seed, index) {
+      const rng = caseRng(seed, index);
+      const buf = parquetSeed as Buffer;
+      let bytes: Buffer;
+      if (rng.next() < 0.5) {
+        bytes = mutateBytes(rng, buf);
+      } else {
+        const metaLen = buf.readUInt32LE(buf.length - 8);
+        const start = buf.length - 8 - metaLen;
+        const meta = mutateBytes(rng, buf.subarray(start, buf.length - 8));
+        const tail = Buffer.from(buf.subarray(buf.length - 8));
+        if (rng.next() < 0.5) tail.writeUInt32LE(meta.length, 0);
+        bytes = Buffer.concat([buf.subarray(0, start), meta, tail]);
+      }
+      const f = w('rows.parquet', bytes);
+      try {
+        const ds = await PromptDataset.load(f, { onMalformed: rng.next() < 0.5 ? 'fail' : 'skip' });
+        for (const ex of ds.examples) if (typeof ex.question !== 'string' || ex.question.length === 0 || !(typeof ex.groundTruth === 'string' || Array.isArray(ex.groundTruth))) throw new Error('parquet: accepted an example without a question or a ground truth');
+        return 'ok';
+      } catch (e) {
+        return rejected(e, 'parquet', [f]);
+      }
+    },
+  };
+
   // ------------------------------------------------------------ the tool-call protocol parser
   const transcript = 'I will look it up.\n<search> capital of France </search>\n<result>\nParis is the capital.\n</result>\nNow compute: <python>print(2 + 2)</python>';
   const protocol: FuzzTarget = {
@@ -274,7 +312,7 @@ export function makeTargets(dir: string): FuzzTarget[] {
     },
   };
 
-  return [safetensors, shardIndex, modelConfig, runConfig, jsonl, protocol, mcpReply, tokenizer, replayRows];
+  return [safetensors, shardIndex, modelConfig, runConfig, jsonl, parquet, protocol, mcpReply, tokenizer, replayRows];
 }
 
 /** A YAML rendering of `v` (flow style for leaves, sometimes broken by an edit). */
