@@ -81,39 +81,43 @@ export interface Tools {
 /** The tool runner of a run: search (corpus and/or reference cache), sandboxed python, replay cache. */
 export async function buildTools(cfg: RunConfig, runDir: string): Promise<Tools> {
   const t = cfg.tools;
-  let cache: ToolCallCache | undefined;
-  if (t.replayCache) cache = ToolCallCache.open(t.replayCache);
-  const runner = new ToolRunner({ concurrency: t.concurrency, maxOutputChars: t.maxOutputChars, cache, timeoutMs: Math.max(t.python.timeoutMs + 5000, 30000) });
-  const indexes: SearchIndex[] = [];
-  const indexDir = path.join(runDir, 'index');
-  fs.mkdirSync(indexDir, { recursive: true });
   if (t.search.corpus && t.search.cache) {
     throw new ArpoError('BAD_CONFIG', 'config: set one of tools.search.corpus and tools.search.cache, not both');
   }
-  if (t.search.corpus) {
-    const index = await SearchIndex.openJsonl(t.search.corpus, { indexPath: path.join(indexDir, 'corpus.sqlite') });
-    indexes.push(index);
-    runner.register(new SearchTool(index, { topK: t.search.topK, snippetChars: t.search.snippetChars }));
-  } else if (t.search.cache) {
-    const index = await SearchIndex.openSearchCache(t.search.cache, { indexPath: path.join(indexDir, 'search-cache.sqlite') });
-    indexes.push(index);
-    runner.register(new SearchTool(index, { topK: t.search.topK, snippetChars: t.search.snippetChars }));
-  }
-  let python: Isolation | null = null;
-  if (t.python.enabled) {
-    const tool = new PythonTool({ timeoutMs: t.python.timeoutMs, isolation: t.python.isolation });
-    runner.register(tool);
-    python = tool.sandbox.isolation;
-  }
-  return {
-    runner,
-    python,
-    async close() {
-      await runner.close();
-      for (const i of indexes) i.close();
-      cache?.close();
-    },
+  let cache: ToolCallCache | undefined;
+  let runner: ToolRunner | undefined;
+  const indexes: SearchIndex[] = [];
+  const close = async (): Promise<void> => {
+    await runner?.close();
+    for (const i of indexes) i.close();
+    cache?.close();
   };
+  try {
+    if (t.replayCache) cache = ToolCallCache.open(t.replayCache);
+    runner = new ToolRunner({ concurrency: t.concurrency, maxOutputChars: t.maxOutputChars, cache, timeoutMs: Math.max(t.python.timeoutMs + 5000, 30000) });
+    const indexDir = path.join(runDir, 'index');
+    fs.mkdirSync(indexDir, { recursive: true });
+    if (t.search.corpus) {
+      const index = await SearchIndex.openJsonl(t.search.corpus, { indexPath: path.join(indexDir, 'corpus.sqlite') });
+      indexes.push(index);
+      runner.register(new SearchTool(index, { topK: t.search.topK, snippetChars: t.search.snippetChars }));
+    } else if (t.search.cache) {
+      const index = await SearchIndex.openSearchCache(t.search.cache, { indexPath: path.join(indexDir, 'search-cache.sqlite') });
+      indexes.push(index);
+      runner.register(new SearchTool(index, { topK: t.search.topK, snippetChars: t.search.snippetChars }));
+    }
+    let python: Isolation | null = null;
+    if (t.python.enabled) {
+      const tool = new PythonTool({ timeoutMs: t.python.timeoutMs, isolation: t.python.isolation });
+      runner.register(tool);
+      python = tool.sandbox.isolation;
+    }
+    return { runner, python, close };
+  } catch (e) {
+    // A sandbox that refuses to start, a bad corpus: close what was opened before it.
+    await close();
+    throw e;
+  }
 }
 
 /** The reward of a run: a registered name, after loading the user's module if one is given. */

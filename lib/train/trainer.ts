@@ -153,52 +153,57 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
 
   if (!cfg.model.path) throw new ArpoError('BAD_CONFIG', 'config: model.path is required');
   if (!cfg.data.train) throw new ArpoError('BAD_CONFIG', 'config: data.train is required');
-  const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : cfg.model.path, {
-    ...cfg,
-    model: { ...cfg.model, tokenizer: cfg.model.tokenizer ?? cfg.model.path },
-  });
+  // The tools first: a sandbox that refuses to start (or a bad dataset or
+  // reward) fails before the model is loaded, and every later failure still
+  // closes them.
   const tools = await buildTools(cfg, runDir);
-  // What the run's tools really are, for whoever reads the run later (a weaker sandbox is never silent).
-  if (tools.python) {
-    const weak = tools.python.level !== 'full' ? ' (weaker than full isolation, accepted by tools.python.isolation: basic)' : '';
-    (options.progress ?? process.stderr).write(`python sandbox: ${tools.python.summary}${weak}\n`);
-  }
-  fs.writeFileSync(
-    path.join(runDir, 'run.json'),
-    `${JSON.stringify({ startedAt: new Date().toISOString(), resumedFromStep: latest ? latest.state.step : null, configHash: hash, tools: { python: tools.python ? { level: tools.python.level, summary: tools.python.summary, missing: tools.python.missing } : null } }, null, 2)}\n`,
-  );
-  const reward = await buildReward(cfg);
-  const trainSet = await loadDataset(cfg.data.train, cfg);
-  const validSet = cfg.data.valid ? await loadDataset(cfg.data.valid, cfg, cfg.data.validLimit) : null;
-  if (trainSet.size < cfg.train.batchPrompts) {
-    throw new ArpoError('BAD_CONFIG', `train.batchPrompts: ${cfg.train.batchPrompts} exceeds the ${trainSet.size} examples of ${cfg.data.train}`);
-  }
-  const sampler = trainSet.sampler({ batchSize: cfg.train.batchPrompts, seed: cfg.train.seed, shuffle: cfg.data.shuffle });
-  if (latest) sampler.restore(latest.state.dataCursor as SamplerState);
-  const deps = rolloutDeps(model, tokenizer, tools.runner, cfg.model.path);
-  const log = new MetricsLog(runDir);
-  const startStep = latest ? latest.state.step : 0;
-  if (latest) log.truncateAfter(startStep);
-  const progress = new Progress(cfg.train.steps, options.progress ?? process.stderr);
-  const stepOptions = lossOptions(cfg);
-  const started = Date.now();
-  const validation: StepMetrics[] = [];
-  let lastMetrics: StepMetrics = {};
-
-  const saveCheckpoint = async (step: number): Promise<void> => {
-    await ckpt.save({ version: 1, step, dataCursor: sampler.state(), seed: cfg.train.seed, configHash: hash }, (dir) =>
-      model.save(dir, { optimizer: true, tokenizerDir: cfg.model.tokenizer ?? cfg.model.path ?? undefined }),
-    );
-  };
-  const runValidation = async (step: number): Promise<void> => {
-    if (!validSet) return;
-    const v = await validate(tokenizer, deps, validSet.examples, reward, cfg, step);
-    validation.push(v.metrics);
-    log.append({ step, phase: 'valid', time: (Date.now() - started) / 1000, metrics: v.metrics });
-    progress.message(`valid step ${step} | reward ${v.metrics['reward/mean']?.toFixed(3)} | acc ${v.metrics['acc/mean']?.toFixed(3)} | tool calls ${v.metrics['tools/calls_per_traj']?.toFixed(2)}`);
-  };
-
+  let opened: PolicyModel | null = null;
   try {
+    // What the run's tools really are, for whoever reads the run later (a weaker sandbox is never silent).
+    if (tools.python) {
+      const weak = tools.python.level !== 'full' ? ' (weaker than full isolation, accepted by tools.python.isolation: basic)' : '';
+      (options.progress ?? process.stderr).write(`python sandbox: ${tools.python.summary}${weak}\n`);
+    }
+    fs.writeFileSync(
+      path.join(runDir, 'run.json'),
+      `${JSON.stringify({ startedAt: new Date().toISOString(), resumedFromStep: latest ? latest.state.step : null, configHash: hash, tools: { python: tools.python ? { level: tools.python.level, summary: tools.python.summary, missing: tools.python.missing } : null } }, null, 2)}\n`,
+    );
+    const reward = await buildReward(cfg);
+    const trainSet = await loadDataset(cfg.data.train, cfg);
+    const validSet = cfg.data.valid ? await loadDataset(cfg.data.valid, cfg, cfg.data.validLimit) : null;
+    if (trainSet.size < cfg.train.batchPrompts) {
+      throw new ArpoError('BAD_CONFIG', `train.batchPrompts: ${cfg.train.batchPrompts} exceeds the ${trainSet.size} examples of ${cfg.data.train}`);
+    }
+    const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : cfg.model.path, {
+      ...cfg,
+      model: { ...cfg.model, tokenizer: cfg.model.tokenizer ?? cfg.model.path },
+    });
+    opened = model;
+    const sampler = trainSet.sampler({ batchSize: cfg.train.batchPrompts, seed: cfg.train.seed, shuffle: cfg.data.shuffle });
+    if (latest) sampler.restore(latest.state.dataCursor as SamplerState);
+    const deps = rolloutDeps(model, tokenizer, tools.runner, cfg.model.path);
+    const log = new MetricsLog(runDir);
+    const startStep = latest ? latest.state.step : 0;
+    if (latest) log.truncateAfter(startStep);
+    const progress = new Progress(cfg.train.steps, options.progress ?? process.stderr);
+    const stepOptions = lossOptions(cfg);
+    const started = Date.now();
+    const validation: StepMetrics[] = [];
+    let lastMetrics: StepMetrics = {};
+
+    const saveCheckpoint = async (step: number): Promise<void> => {
+      await ckpt.save({ version: 1, step, dataCursor: sampler.state(), seed: cfg.train.seed, configHash: hash }, (dir) =>
+        model.save(dir, { optimizer: true, tokenizerDir: cfg.model.tokenizer ?? cfg.model.path ?? undefined }),
+      );
+    };
+    const runValidation = async (step: number): Promise<void> => {
+      if (!validSet) return;
+      const v = await validate(tokenizer, deps, validSet.examples, reward, cfg, step);
+      validation.push(v.metrics);
+      log.append({ step, phase: 'valid', time: (Date.now() - started) / 1000, metrics: v.metrics });
+      progress.message(`valid step ${step} | reward ${v.metrics['reward/mean']?.toFixed(3)} | acc ${v.metrics['acc/mean']?.toFixed(3)} | tool calls ${v.metrics['tools/calls_per_traj']?.toFixed(2)}`);
+    };
+
     if (startStep === 0 && cfg.train.validateEvery > 0) await runValidation(0);
     const lastStep = options.stopAfter ? Math.min(cfg.train.steps, startStep + options.stopAfter) : cfg.train.steps;
     for (let step = startStep + 1; step <= lastStep; step++) {
@@ -279,6 +284,6 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
     return { runDir, stepsDone: lastStep - startStep, lastMetrics, validation };
   } finally {
     await tools.close();
-    model.dispose();
+    opened?.dispose();
   }
 }

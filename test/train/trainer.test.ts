@@ -228,3 +228,30 @@ describe('trainer', () => {
     expect(fs.existsSync(path.join(out, 'report.html'))).toBe(true);
   }, 240000);
 });
+
+describe('set-up failures', () => {
+  const openFds = (): number => fs.readdirSync('/proc/self/fd').length;
+  test('the tools are set up before the model is loaded and are closed when a later set-up step fails', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'arpo-setup-'));
+    try {
+      const base = {
+        model: { path: path.join(dir, 'no-model') },
+        data: { train: path.join(dir, 'no-data.jsonl') },
+        tools: { replayCache: path.join(dir, 'replay.sqlite') },
+        train: { outDir: path.join(dir, 'run') },
+      };
+      const before = openFds();
+      // A corpus that does not exist: the tools' error (the model, also missing, was never opened),
+      // and the replay cache opened before it is closed again.
+      const corpus = path.join(dir, 'no-corpus.jsonl');
+      await expect(train(validateConfig({ ...base, tools: { ...base.tools, search: { corpus } } }), { progress: sink, report: false })).rejects.toThrow(corpus);
+      expect(openFds()).toBe(before);
+      // The tools start and the dataset is missing: the dataset's error, the tools closed.
+      await expect(train(validateConfig(base), { progress: sink, report: false })).rejects.toThrow(path.join(dir, 'no-data.jsonl'));
+      expect(openFds()).toBe(before);
+      expect(fs.existsSync(path.join(dir, 'replay.sqlite'))).toBe(true);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
