@@ -44,21 +44,12 @@ export function buildProgram(): Command {
     program.command('sft').description('supervised cold start on JSONL conversations with tool calls (tool results masked)'),
   )
     .requiredOption('-o, --out <dir>', 'where to save the fine-tuned model (HF directory)')
-    .action(async (opts: { config?: string; set: string[]; out: string }) => {
-      const { loadPolicy } = require('../train/setup') as typeof import('../train/setup');
-      const { readSftData, runSft } = require('../train/sft') as typeof import('../train/sft');
+    .option('--resume', 'continue from the newest checkpoint in <train.outDir>/sft-checkpoints')
+    .action(async (opts: { config?: string; set: string[]; out: string; resume?: boolean }) => {
+      const { sft } = require('../train/sft') as typeof import('../train/sft');
       const cfg = loadConfig(opts.config ?? null, opts.set);
-      if (!cfg.model.path) throw new Error('sft: model.path is required (--set model.path=<dir>)');
-      if (!cfg.sft.data) throw new Error('sft: sft.data is required (--set sft.data=<file.jsonl>)');
-      const { model, tokenizer } = await loadPolicy(cfg.model.path, cfg);
-      try {
-        const data = readSftData(cfg.sft.data, tokenizer, { skipUngrounded: cfg.sft.skipUngrounded, systemPrompt: cfg.data.systemPrompt });
-        const s = await runSft(model, data, cfg, cfg.train.outDir);
-        await model.save(opts.out, { tokenizerDir: cfg.model.tokenizer ?? cfg.model.path });
-        process.stdout.write(`${JSON.stringify({ out: opts.out, ...s })}\n`);
-      } finally {
-        model.dispose();
-      }
+      const s = await sft(cfg, { out: opts.out, resume: opts.resume === true });
+      process.stdout.write(`${JSON.stringify(s)}\n`);
     });
 
   withConfigOptions(

@@ -21,8 +21,9 @@ const STEP_DIR = /^step-(\d{6,})$/;
 
 export class CheckpointManager {
   readonly dir: string;
-  constructor(runDir: string, private readonly keep = 2) {
-    this.dir = path.join(runDir, 'checkpoints');
+  /** `subdir`: 'checkpoints' for RL; SFT keeps its own ('sft-checkpoints') so the two never resume each other's. */
+  constructor(runDir: string, private readonly keep = 2, subdir = 'checkpoints') {
+    this.dir = path.join(runDir, subdir);
   }
 
   private latestFile(): string {

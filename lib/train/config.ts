@@ -96,6 +96,7 @@ export const OPTIONS = {
   'sft.epochs': opt(int(1), 3, 'Passes over the SFT data'),
   'sft.batchSequences': opt(int(1), 16, 'Conversations per SFT optimiser step'),
   'sft.lr': opt(z.number().gt(0), 1e-5, 'SFT learning rate (the optim.* settings apply otherwise)'),
+  'sft.checkpointEvery': opt(int(0), 50, 'SFT steps between checkpoints in <train.outDir>/sft-checkpoints (0: only the last); `arpo sft --resume` continues from the newest'),
   'sft.skipUngrounded': opt(z.boolean(), false, 'Drop SFT rows marked "grounded": false'),
   // ---------------------------------------------------------------- train
   'train.steps': opt(int(1), 100, 'Optimiser steps (each on one batch of prompts)'),

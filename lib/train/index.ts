@@ -3,7 +3,7 @@ export { OPTIONS, ALGORITHM_PRESETS, defaultConfig, validateConfig, loadConfig, 
 export type { RunConfig, OptionPath } from './config';
 export { train, validate, configHash, stepSeed } from './trainer';
 export type { TrainOptions, TrainSummary } from './trainer';
-export { runSft, readSftData, encodeConversation, splitToolResults } from './sft';
+export { sft, runSft, readSftData, encodeConversation, splitToolResults } from './sft';
 export type { SftSegment, SftSummary } from './sft';
 export { runPretrain } from './pretrain';
 export type { PretrainSettings, PretrainSummary } from './pretrain';

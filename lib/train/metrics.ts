@@ -66,15 +66,15 @@ function fmtDuration(sec: number): string {
 }
 
 /** The one log line of a step: `step i/N | reward | acc | tool calls | ...`. */
-export function formatStepLine(step: number, total: number, m: StepMetrics, elapsedSec: number): string {
-  const eta = step > 0 ? (elapsedSec / step) * (total - step) : NaN;
+export function formatStepLine(step: number, total: number, m: StepMetrics, elapsedSec: number, stepsTimed = step): string {
+  const eta = stepsTimed > 0 ? (elapsedSec / stepsTimed) * (total - step) : NaN;
+  // The fields a phase has (SFT has no reward or tool calls): absent ones are left out.
+  const fields: [string, string, number][] = [
+    ['reward', 'reward/mean', 3], ['acc', 'acc/mean', 3], ['tool calls', 'tools/calls_per_traj', 2], ['len', 'response/length_mean', 1], ['loss', 'actor/loss', 4],
+  ];
   return [
     `step ${step}/${total}`,
-    `reward ${fmt(m['reward/mean'])}`,
-    `acc ${fmt(m['acc/mean'])}`,
-    `tool calls ${fmt(m['tools/calls_per_traj'], 2)}`,
-    `len ${fmt(m['response/length_mean'], 1)}`,
-    `loss ${fmt(m['actor/loss'], 4)}`,
+    ...fields.filter(([, key]) => m[key] !== undefined).map(([label, key, digits]) => `${label} ${fmt(m[key], digits)}`),
     `eta ${fmtDuration(eta)}`,
   ].join(' | ');
 }
@@ -92,8 +92,12 @@ export class Progress {
     return (Date.now() - this.started) / 1000;
   }
 
+  /** The step before the first one shown: a resumed run's ETA counts only the steps timed here. */
+  private before: number | null = null;
+
   step(step: number, metrics: StepMetrics): void {
-    const line = formatStepLine(step, this.total, metrics, this.elapsedSec);
+    if (this.before === null) this.before = step - 1;
+    const line = formatStepLine(step, this.total, metrics, this.elapsedSec, step - this.before);
     if (this.out.isTTY) {
       const width = 24;
       const filled = Math.round((width * step) / Math.max(1, this.total));

@@ -13,7 +13,9 @@ import type { Tokenizer } from '../model/tokenizer';
 import { microBatches } from './batch';
 import type { RunConfig } from './config';
 import { MetricsLog, Progress, type StepMetrics } from './metrics';
-import { eosTokenIds, optimizerSettings } from './setup';
+import { CheckpointManager } from './checkpoint';
+import { eosTokenIds, loadPolicy, optimizerSettings } from './setup';
+import { configHash } from './trainer';
 
 export interface SftSegment {
   type: 'text' | 'tool_result';
@@ -119,43 +121,121 @@ export function readSftData(file: string, tokenizer: Tokenizer, options: { skipU
 }
 
 export interface SftSummary {
+  /** Steps done in all (a resumed run counts the earlier ones). */
   steps: number;
+  /** Steps of the whole run (epochs x batches per epoch). */
+  total: number;
   firstLoss: number;
   lastLoss: number;
 }
 
-/** Trains `model` in place on the SFT data for cfg.sft.epochs; logs `phase: 'sft'` metrics into <runDir>/metrics.jsonl. */
+export interface SftRunOptions {
+  /** Steps already done (a resumed run): the schedule and the data order continue from there. */
+  startStep?: number;
+  /** Stop after this many steps in total (a partial run; for tests). */
+  lastStep?: number;
+  /** Called after each step's metrics are logged (the CLI checkpoints here). */
+  afterStep?: (step: number, total: number) => Promise<void>;
+}
+
+/**
+ * Trains `model` in place on the SFT data for cfg.sft.epochs; logs `phase: 'sft'`
+ * metrics into <runDir>/sft-metrics.jsonl. Step s (1-based) of the run is batch
+ * (s - 1) mod stepsPerEpoch of epoch floor((s - 1) / stepsPerEpoch) in that
+ * epoch's seeded permutation, so a run resumed at any step sees the same data.
+ */
 export async function runSft(
   model: PolicyModel,
   data: readonly TrainSequence[],
   cfg: RunConfig,
   runDir: string,
   progressOut: { write(s: string): boolean; isTTY?: boolean } = process.stderr,
+  options: SftRunOptions = {},
 ): Promise<SftSummary> {
   const perStep = cfg.sft.batchSequences;
   const stepsPerEpoch = Math.max(1, Math.ceil(data.length / perStep));
   const total = stepsPerEpoch * cfg.sft.epochs;
+  const startStep = options.startStep ?? 0;
+  const lastStep = Math.min(total, options.lastStep ?? total);
   const log = new MetricsLog(runDir, 'sft-metrics.jsonl');
+  if (startStep > 0) log.truncateAfter(startStep);
   const progress = new Progress(total, progressOut, 'sft');
   const started = Date.now();
-  let step = 0;
   let firstLoss = NaN;
   let lastLoss = NaN;
-  for (let epoch = 0; epoch < cfg.sft.epochs; epoch++) {
-    const order = Array.from(epochPermutation(data.length, cfg.train.seed, epoch));
-    for (let b = 0; b < order.length; b += perStep) {
-      const batch = order.slice(b, b + perStep).map((i) => data[i]!);
-      const m = await model.trainStep(microBatches(batch, cfg.train.microBatchTokens), {
-        mode: 'sft',
-        optimizer: optimizerSettings(cfg, cfg.sft.lr, total),
-      });
-      step++;
-      if (step === 1) firstLoss = m.loss;
-      lastLoss = m.loss;
-      const metrics: StepMetrics = { 'sft/loss': m.loss, 'actor/loss': m.loss, 'actor/grad_norm': m.gradNorm, 'actor/lr': m.lr, 'sft/tokens': m.tokens, 'sft/epoch': epoch };
-      log.append({ step, phase: 'sft', time: (Date.now() - started) / 1000, metrics });
-      progress.step(step, metrics);
-    }
+  let order: number[] = [];
+  for (let step = startStep + 1; step <= lastStep; step++) {
+    const epoch = Math.floor((step - 1) / stepsPerEpoch);
+    const b = ((step - 1) % stepsPerEpoch) * perStep;
+    if (b === 0 || order.length === 0) order = Array.from(epochPermutation(data.length, cfg.train.seed, epoch));
+    const batch = order.slice(b, b + perStep).map((i) => data[i]!);
+    const m = await model.trainStep(microBatches(batch, cfg.train.microBatchTokens), {
+      mode: 'sft',
+      optimizer: optimizerSettings(cfg, cfg.sft.lr, total),
+    });
+    if (step === startStep + 1) firstLoss = m.loss;
+    lastLoss = m.loss;
+    const metrics: StepMetrics = { 'sft/loss': m.loss, 'actor/loss': m.loss, 'actor/grad_norm': m.gradNorm, 'actor/lr': m.lr, 'sft/tokens': m.tokens, 'sft/epoch': epoch };
+    log.append({ step, phase: 'sft', time: (Date.now() - started) / 1000, metrics });
+    progress.step(step, metrics);
+    if (options.afterStep) await options.afterStep(step, total);
   }
-  return { steps: step, firstLoss, lastLoss };
+  return { steps: lastStep, total, firstLoss, lastLoss };
+}
+
+export interface SftOptions {
+  /** Where the fine-tuned model is written (an HF directory). */
+  out: string;
+  /** Continue from the newest checkpoint in <train.outDir>/sft-checkpoints. */
+  resume?: boolean;
+  /** Stop after this many steps in this process (tests). */
+  stopAfter?: number;
+  progress?: { write(s: string): boolean; isTTY?: boolean };
+}
+
+/**
+ * `arpo sft`: loads the model and data, trains with a checkpoint every
+ * sft.checkpointEvery steps (and after the last), and writes the model to
+ * `out`. With `resume` it continues from the newest complete checkpoint made
+ * with the same configuration, to the same weights and metrics as an
+ * uninterrupted run.
+ */
+export async function sft(cfg: RunConfig, options: SftOptions): Promise<SftSummary & { out: string }> {
+  if (!cfg.model.path) throw new ArpoError('BAD_CONFIG', 'sft: model.path is required (--set model.path=<dir>)');
+  if (!cfg.sft.data) throw new ArpoError('BAD_CONFIG', 'sft: sft.data is required (--set sft.data=<file.jsonl>)');
+  const runDir = path.resolve(cfg.train.outDir);
+  fs.mkdirSync(runDir, { recursive: true });
+  const hash = configHash(cfg);
+  const ckpt = new CheckpointManager(runDir, 2, 'sft-checkpoints');
+  ckpt.cleanPartial();
+  const latest = options.resume ? ckpt.latest() : null;
+  if (options.resume && !latest) throw new ArpoError('BAD_CHECKPOINT', `--resume: no complete SFT checkpoint in ${ckpt.dir}`);
+  if (latest && latest.state.configHash !== hash) {
+    throw new ArpoError('BAD_CONFIG', `--resume: the SFT checkpoint was made with a different configuration (hash ${latest.state.configHash}, now ${hash})`);
+  }
+  if (!options.resume) fs.rmSync(path.join(runDir, 'sft-metrics.jsonl'), { force: true });
+  const tokenizerDir = cfg.model.tokenizer ?? cfg.model.path;
+  const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : cfg.model.path, { ...cfg, model: { ...cfg.model, tokenizer: tokenizerDir } });
+  try {
+    const data = readSftData(cfg.sft.data, tokenizer, { skipUngrounded: cfg.sft.skipUngrounded, systemPrompt: cfg.data.systemPrompt });
+    const startStep = latest ? latest.state.step : 0;
+    const every = cfg.sft.checkpointEvery;
+    const s = await runSft(model, data, cfg, runDir, options.progress ?? process.stderr, {
+      startStep,
+      lastStep: options.stopAfter ? startStep + options.stopAfter : undefined,
+      afterStep: async (step, total) => {
+        if ((every > 0 && step % every === 0) || step === total || step === startStep + (options.stopAfter ?? Infinity)) {
+          await ckpt.save({ version: 1, step, dataCursor: { epochStep: step }, seed: cfg.train.seed, configHash: hash }, (dir) =>
+            model.save(dir, { optimizer: true, tokenizerDir }),
+          );
+        }
+      },
+    });
+    if (s.steps === s.total) {
+      await model.save(options.out, { tokenizerDir });
+    }
+    return { ...s, out: options.out };
+  } finally {
+    model.dispose();
+  }
 }

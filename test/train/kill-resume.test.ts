@@ -5,7 +5,9 @@
 // final parameters, optimizer state and metrics must equal an uninterrupted
 // run's. train.deterministic makes the tool timing irrelevant (the python and
 // search tools run for real). ARPO_KILL_POINTS sets the number of kills
-// (default 20).
+// (default 20; the SFT run gets half as many). The same for `arpo sft`: killed
+// during start-up, a step or a checkpoint write, resumed, its final model,
+// AdamW state and metrics equal an uninterrupted run's.
 import { spawn } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
@@ -37,8 +39,13 @@ interface Outcome {
  * `ms` come back for the reference run.
  */
 function runTrain(config: string, resume: boolean, kill?: { ms: number; afterStartup: boolean }): Promise<Outcome & { ms: number; startupMs: number }> {
+  return runArpo(['train', '--config', config], 'python sandbox:', resume, kill);
+}
+
+/** The same for any arpo command; start-up ends when stderr first contains `startedMarker`. */
+function runArpo(command: string[], startedMarker: string, resume: boolean, kill?: { ms: number; afterStartup: boolean }): Promise<Outcome & { ms: number; startupMs: number }> {
   return new Promise((resolve, reject) => {
-    const args = [path.join(ROOT, 'bin', 'arpo.js'), 'train', '--config', config, ...(resume ? ['--resume'] : [])];
+    const args = [path.join(ROOT, 'bin', 'arpo.js'), ...command, ...(resume ? ['--resume'] : [])];
     const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
     const t0 = Date.now();
     let startupMs = -1;
@@ -49,7 +56,7 @@ function runTrain(config: string, resume: boolean, kill?: { ms: number; afterSta
     };
     child.stderr.on('data', (d: Buffer) => {
       err = (err + d.toString('utf8')).slice(-4000);
-      if (startupMs < 0 && err.includes('python sandbox:')) {
+      if (startupMs < 0 && err.includes(startedMarker)) {
         startupMs = Date.now() - t0;
         if (kill?.afterStartup) arm();
       }
@@ -59,17 +66,25 @@ function runTrain(config: string, resume: boolean, kill?: { ms: number; afterSta
     child.on('close', (code, signal) => {
       if (timer) clearTimeout(timer);
       const lines = err.split(/[\r\n]+/).map((l) => l.trim()).filter(Boolean);
-      if (signal === null && code !== 0) reject(new Error(`arpo train exited ${code}: ${err}`));
+      if (signal === null && code !== 0) reject(new Error(`arpo ${command[0]} exited ${code}: ${err}`));
       else resolve({ code, signal, last: lines[lines.length - 1] ?? '(nothing yet)', ms: Date.now() - t0, startupMs });
     });
   });
 }
 
+/** Where a command keeps its metrics and checkpoints. */
+interface RunFiles {
+  metrics: string;
+  checkpoints: string;
+}
+const TRAIN_FILES: RunFiles = { metrics: 'metrics.jsonl', checkpoints: 'checkpoints' };
+const SFT_FILES: RunFiles = { metrics: 'sft-metrics.jsonl', checkpoints: 'sft-checkpoints' };
+
 /** The run directory is readable: its config, metrics and (if any) latest checkpoint. */
-function checkReadable(runDir: string): number {
+function checkReadable(runDir: string, run: RunFiles = TRAIN_FILES): number {
   if (fs.existsSync(path.join(runDir, 'config.json'))) JSON.parse(fs.readFileSync(path.join(runDir, 'config.json'), 'utf8'));
-  readMetrics(path.join(runDir, 'metrics.jsonl'));
-  const latest = new CheckpointManager(runDir).latest();
+  readMetrics(path.join(runDir, run.metrics));
+  const latest = new CheckpointManager(runDir, 2, run.checkpoints).latest();
   if (!latest) return 0;
   for (const f of ['model.safetensors', 'config.json']) {
     if (!fs.existsSync(path.join(latest.dir, 'model', f))) throw new Error(`checkpoint ${latest.dir} lacks model/${f}`);
@@ -77,12 +92,12 @@ function checkReadable(runDir: string): number {
   return latest.state.step;
 }
 
-function finalState(runDir: string): { metrics: unknown[]; files: Record<string, Buffer> } {
-  const latest = new CheckpointManager(runDir).latest();
+function finalState(runDir: string, run: RunFiles = TRAIN_FILES): { metrics: unknown[]; files: Record<string, Buffer> } {
+  const latest = new CheckpointManager(runDir, 2, run.checkpoints).latest();
   if (!latest) throw new Error(`${runDir}: no checkpoint`);
   const files: Record<string, Buffer> = {};
   for (const f of fs.readdirSync(path.join(latest.dir, 'model'))) if (f.endsWith('.safetensors')) files[f] = fs.readFileSync(path.join(latest.dir, 'model', f));
-  const metrics = readMetrics(path.join(runDir, 'metrics.jsonl')).map((r) => ({
+  const metrics = readMetrics(path.join(runDir, run.metrics)).map((r) => ({
     step: r.step, phase: r.phase, metrics: Object.fromEntries(Object.entries(r.metrics).filter(([k]) => !k.startsWith('time/'))),
   }));
   return { metrics, files };
@@ -159,4 +174,64 @@ describe('kill anywhere, resume to the same numbers', () => {
     expect(Object.keys(got.files).sort()).toEqual(Object.keys(ref.files).sort());
     for (const [f, bytes] of Object.entries(ref.files)) expect(Buffer.compare(got.files[f]!, bytes)).toBe(0);
   }, 900000);
+
+  ifTorch(`arpo sft killed at ${Math.ceil(KILLS / 2)} random moments and resumed ends exactly where an uninterrupted run ends`, async () => {
+    const kills = Math.ceil(KILLS / 2);
+    const env = await buildDemoEnvironment({ seed: 8, dir: path.join(tmp, 'env-sft'), sizes: { sft: 24, questions: { train: 30, valid: 4, test: 4 } } });
+    const tok = Tokenizer.fromDir(env.dir);
+    const modelDir = path.join(tmp, 'model-sft');
+    await initModel({
+      config: {
+        model_type: 'qwen3', vocab_size: tok.vocabSize, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8,
+        max_position_embeddings: 1024, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: false, torch_dtype: 'float32', bos_token_id: tok.eosTokenId, eos_token_id: tok.eosTokenId,
+      },
+      out: modelDir, seed: 3, tokenizerDir: env.dir,
+    });
+    const command = (runDir: string): string[] => {
+      const file = path.join(tmp, `${path.basename(runDir)}.json`);
+      fs.writeFileSync(file, JSON.stringify({
+        model: { path: modelDir, threads: 1 },
+        sft: { data: env.files.sft, epochs: 3, batchSequences: 4, lr: 1e-3, checkpointEvery: 2 },
+        optim: { warmupSteps: 3 },
+        train: { microBatchTokens: 512, seed: 5, outDir: runDir },
+      }));
+      return ['sft', '--config', file, '--out', path.join(runDir, 'final')];
+    };
+    const ended = (runDir: string): Buffer => fs.readFileSync(path.join(runDir, 'final', 'model.safetensors'));
+
+    const refDir = path.join(tmp, 'sft-ref');
+    const refRun = await runArpo(command(refDir), 'sft ', false);
+    const ref = finalState(refDir, SFT_FILES);
+    expect(ref.metrics).toHaveLength(18); // 24 conversations / 4 per step x 3 epochs
+    expect(Object.keys(ref.files).sort()).toEqual(['model.safetensors', 'optimizer.safetensors']);
+    // The written model is the last checkpoint's weights.
+    expect(Buffer.compare(ended(refDir), ref.files['model.safetensors']!)).toBe(0);
+    const wall = refRun.ms;
+    const stepsMs = Math.max(300, wall - refRun.startupMs);
+
+    const runDir = path.join(tmp, 'sft-killed');
+    const rng = new Rng(20261204);
+    const moments: string[] = [];
+    let done = 0;
+    for (let starts = 0; ; starts++) {
+      if (starts > 4 * kills + 10) throw new Error(`the SFT run did not finish after ${starts} starts`);
+      const resume = checkReadable(runDir, SFT_FILES) > 0;
+      const early = rng.next() < 0.25;
+      const o = await runArpo(command(runDir), 'sft ', resume, done < kills ? { ms: early ? 200 + rng.int(0, wall - 1) : rng.int(0, stepsMs - 1), afterStartup: !early } : undefined);
+      const step = checkReadable(runDir, SFT_FILES);
+      if (o.signal === 'SIGKILL') {
+        done++;
+        moments.push(`${resume ? 'resumed' : 'fresh'}, killed at ${o.ms} ms, checkpoint ${step} after; last output: ${o.last.slice(0, 40)}`);
+        continue;
+      }
+      expect(step).toBe(18);
+      if (done >= kills) break;
+      fs.rmSync(runDir, { recursive: true, force: true });
+    }
+    process.stdout.write(`sft kill points (${moments.length}; the reference run: ${wall} ms, start-up ${refRun.startupMs} ms):\n  ${moments.join('\n  ')}\n`);
+    const got = finalState(runDir, SFT_FILES);
+    expect(got.metrics).toEqual(ref.metrics);
+    for (const [f, bytes] of Object.entries(ref.files)) expect(Buffer.compare(got.files[f]!, bytes)).toBe(0);
+    expect(Buffer.compare(ended(runDir), ended(refDir))).toBe(0);
+  }, 600000);
 });

@@ -3,7 +3,7 @@ import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { MetricsLog, readMetrics } from '../../lib/train/metrics';
+import { formatStepLine, MetricsLog, Progress, readMetrics } from '../../lib/train/metrics';
 import { REPORT_CHARTS, chartPoints, readRun } from '../../lib/train/report';
 
 const root = path.resolve(__dirname, '..', '..');
@@ -71,5 +71,19 @@ describe('report', () => {
     expect((dom.match(/<svg/g) ?? []).length).toBe(REPORT_CHARTS.length);
     expect(dom).toContain('Entropy around tool calls');
     expect(dom).toContain('grpo-run');
+  });
+});
+
+describe('progress lines', () => {
+  test('show the fields a phase has, and a resumed run times only its own steps', () => {
+    expect(formatStepLine(3, 10, { 'reward/mean': 0.25, 'acc/mean': 0.5, 'tools/calls_per_traj': 1, 'response/length_mean': 20, 'actor/loss': 0.5 }, 30)).toBe(
+      'step 3/10 | reward 0.250 | acc 0.500 | tool calls 1.00 | len 20.0 | loss 0.5000 | eta 1:10', // 30 s / 3 steps x 7 left
+    );
+    // SFT: no reward, accuracy or tool calls; 2 steps timed in 30 s, 7 left.
+    expect(formatStepLine(3, 10, { 'actor/loss': 0.5 }, 30, 2)).toBe('step 3/10 | loss 0.5000 | eta 1:45');
+    const lines: string[] = [];
+    const p = new Progress(10, { write: (s: string) => lines.push(s) > 0, isTTY: false }, 'sft');
+    p.step(8, { 'actor/loss': 1 });
+    expect(lines[0]).toMatch(/^sft step 8\/10 \| loss 1\.0000 \| eta 0:00\n$/); // resumed at step 7: one step timed, instantly
   });
 });
