@@ -3,7 +3,10 @@
 // on the demo world. Prints one markdown report and writes it, with the JSON of
 // every number, to bench/results/.
 //
-//   npm run bench [-- --quick] [--only kernels|e2e|packing|determinism] [--seeds 1,2,3] [--steps N] [--out DIR]
+//   npm run bench [-- --quick] [--only kernels|e2e|packing|determinism|soak] [--seeds 1,2,3] [--steps N] [--out DIR]
+//
+// The soak (300 small RL steps watching RSS, file descriptors, engine paths and
+// tool workers) runs only with --only soak; --steps sets its length too.
 //
 // --quick: fewer shapes and reps, one SFT checkpoint with fewer epochs, 2 seeds x 2 steps (< 5 min
 // on 2 cores once the addon is built). Caches (SFT checkpoint, a kernels_bench build) live in
@@ -17,6 +20,7 @@ import { hasTorch } from '../lib/native';
 import { benchCheckpoint, e2eTables, runE2EBench, type E2EResult } from './e2e';
 import { packingTables, runPackingBench, type PackingResult } from './packing';
 import { determinismTables, runDeterminismBench, type DeterminismBench } from './determinism';
+import { runSoakBench, soakTables, type SoakBench } from './soak';
 import { kernelTables, runKernelBench, type KernelBenchResult, type Target } from './kernels';
 import { table } from './summary';
 
@@ -74,14 +78,14 @@ async function main(): Promise<void> {
   const program = new Command('bench')
     .description('arpo benchmarks: kernels vs libtorch, ARPO vs trajectory-level GRPO end to end')
     .option('--quick', 'fewer shapes, reps, seeds and steps (< 5 minutes)', false)
-    .option('--only <part>', 'kernels, e2e, packing or determinism (default: all)')
+    .option('--only <part>', 'kernels, e2e, packing, determinism or soak (default: all but soak)')
     .option('--seeds <list>', 'e2e seeds, comma-separated (default: 1,2 quick, 1,2,3 full)', seedList)
-    .option('--steps <n>', 'e2e training steps per run (default: 2 quick, 8 full)', positiveInt('--steps'))
+    .option('--steps <n>', 'e2e training steps per run (default: 2 quick, 8 full); soak steps (default 300, 60 quick)', positiveInt('--steps'))
     .option('--out <dir>', 'results folder', path.join(root, 'bench', 'results'))
     .allowExcessArguments(false);
   program.parse(process.argv);
   const opts = program.opts<{ quick: boolean; only?: string; seeds?: number[]; steps?: number; out: string }>();
-  const parts = ['kernels', 'e2e', 'packing', 'determinism'];
+  const parts = ['kernels', 'e2e', 'packing', 'determinism', 'soak'];
   if (opts.only !== undefined && !parts.includes(opts.only)) {
     throw new InvalidArgumentError(`Expected one of ${parts.join(', ')} for --only but received ${JSON.stringify(opts.only)}`);
   }
@@ -99,7 +103,8 @@ async function main(): Promise<void> {
   let e2e: E2EResult | undefined;
   let packing: PackingResult | undefined;
   let determinism: DeterminismBench | undefined;
-  const wants = (part: string): boolean => opts.only === undefined || opts.only === part;
+  let soak: SoakBench | undefined;
+  const wants = (part: string): boolean => opts.only === part || (opts.only === undefined && part !== 'soak');
 
   if (wants('kernels')) {
     kernels = await runKernelBench({ quick: opts.quick, root, cacheDir, log });
@@ -121,6 +126,11 @@ async function main(): Promise<void> {
     determinism = await runDeterminismBench({ root, envDir: ckpt.envDir, modelDir: ckpt.modelDir, quick: opts.quick, log });
     targets.push(...determinism.targets);
     sections.push('## Reproducible rollouts: train.deterministic (issue 17)', determinismTables(determinism));
+  }
+  if (wants('soak') && hasTorch()) {
+    soak = await runSoakBench({ root, steps: opts.steps ?? (opts.quick ? 60 : 300), seed: 1, log });
+    targets.push(...soak.targets);
+    sections.push('## Soak: a long run does not leak (issue 17)', soakTables(soak));
   }
   if (wants('e2e')) {
     if (!hasTorch()) {
@@ -154,7 +164,7 @@ async function main(): Promise<void> {
   // A partial run (--only) gets its own latest file, so it never replaces a full report's other part.
   const variant = `${opts.quick ? '-quick' : ''}${opts.only ? `-${opts.only}` : ''}`;
   const base = `bench${variant}-${stamp}`;
-  const json = JSON.stringify({ environment: env, options: opts, kernels, packing, determinism, e2e: e2e && { ...e2e, raw: e2e.raw.map((r) => ({ spec: r.spec, train: r.train, valid: r.valid, trainStep: r.trainStep, maxRssBytes: r.maxRssBytes, wallSeconds: r.wallSeconds })) }, targets }, null, 2);
+  const json = JSON.stringify({ environment: env, options: opts, kernels, packing, determinism, soak, e2e: e2e && { ...e2e, raw: e2e.raw.map((r) => ({ spec: r.spec, train: r.train, valid: r.valid, trainStep: r.trainStep, maxRssBytes: r.maxRssBytes, wallSeconds: r.wallSeconds })) }, targets }, null, 2);
   // Written under a .tmp name and renamed, so a killed run never leaves half a result.
   for (const [name, text] of [
     [`${base}.md`, markdown],

@@ -50,6 +50,11 @@ export interface TrainOptions {
    * replay one set of rollouts to two configurations).
    */
   rollout?: (step: number, run: () => Promise<RolloutResult>) => Promise<RolloutResult>;
+  /**
+   * Called when a step is complete (metrics logged, validation and checkpoint
+   * done): observers such as the soak bench read the model's cache here.
+   */
+  afterStep?: (step: number, state: { metrics: StepMetrics; model: PolicyModel }) => void | Promise<void>;
 }
 
 export interface TrainSummary {
@@ -279,6 +284,7 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
       if ((cfg.train.checkpointEvery > 0 && step % cfg.train.checkpointEvery === 0) || step === cfg.train.steps || step === lastStep) {
         await saveCheckpoint(step);
       }
+      if (options.afterStep) await options.afterStep(step, { metrics: lastMetrics, model });
     }
     if (options.report !== false) await writeReport([runDir]);
     return { runDir, stepsDone: lastStep - startStep, lastMetrics, validation };

@@ -3,11 +3,13 @@
 // kernels_bench program's memory and correctness modes when it is built.
 import * as fs from 'fs';
 import * as path from 'path';
-import { spawnSync } from 'child_process';
+import { spawn, spawnSync } from 'child_process';
 import { summariseRun } from '../../bench/e2e';
 import type { E2ERunResult } from '../../bench/e2e-run';
 import { checkTargets, type KernelRow, type MemoryRow } from '../../bench/kernels';
 import { lastJson, spread, table } from '../../bench/summary';
+import { slope } from '../../bench/soak';
+import { descendants } from '../../bench/soak-run';
 
 describe('spread', () => {
   it('gives the median, min and max of a naive sort, ignoring NaN', () => {
@@ -17,6 +19,28 @@ describe('spread', () => {
     expect(spread([4, 2, 8])).toEqual({ median: 4, min: 2, max: 8, n: 3 });
     expect(spread([]).n).toBe(0);
     expect(Number.isNaN(spread([NaN]).median)).toBe(true);
+  });
+});
+
+describe('soak helpers', () => {
+  it('slope is the least-squares fit: exact on a line, zero when flat, the textbook value otherwise', () => {
+    const xs = [20, 21, 22, 23, 24];
+    expect(slope(xs, xs.map((x) => 3 - 0.25 * x))).toBeCloseTo(-0.25, 12);
+    expect(slope(xs, [7, 7, 7, 7, 7])).toBe(0);
+    // (x, y) = (0,1), (1,3), (2,2): sxy = (-1)(-1) + 0 + (1)(0) = 1, sxx = 2
+    expect(slope([0, 1, 2], [1, 3, 2])).toBeCloseTo(0.5, 12);
+  });
+  it('descendants counts the processes below this one, grandchildren included', async () => {
+    const before = descendants();
+    // sh -> sh -> sleep: a child, a grandchild and a great-grandchild.
+    const child = spawn('/bin/sh', ['-c', "/bin/sh -c '/bin/sleep 2; :'; :"], { stdio: 'ignore' });
+    await new Promise((r) => setTimeout(r, 300));
+    const during = descendants();
+    child.kill('SIGKILL');
+    await new Promise((r) => child.on('close', r));
+    expect(during - before).toBe(3);
+    // The orphans were re-parented away from us: no longer below this process.
+    expect(descendants()).toBe(before);
   });
 });
 

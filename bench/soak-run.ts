@@ -1,0 +1,141 @@
+// The soak (issue 17), in its own process: `arpo train` on a tiny model of the
+// demo world for many small steps, with real search and python calls,
+// validation, checkpoints and the report. After every step (metrics logged,
+// validation and checkpoint done) it samples, after a full GC: RSS, the V8
+// heap, open file descriptors, the engine's live paths and KV blocks, the
+// processes below this one (sandboxed interpreters) and the sandboxes' temp
+// directories. After the run (tools closed) it samples the same once more.
+//
+//   node --expose-gc -r ts-node/register/transpile-only bench/soak-run.ts '{"steps":300,"seed":1}'
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+import { initModel } from '../lib/cli/init-model';
+import { buildDemoEnvironment, DEMO_SYSTEM_PROMPT } from '../lib/envs';
+import { Tokenizer } from '../lib/model/tokenizer';
+import { validateConfig } from '../lib/train/config';
+import { train } from '../lib/train/trainer';
+import { applyTokenPrior, toolTagPrior } from '../test/rollout/tiny-agent-model';
+
+export interface SoakRunSpec {
+  steps: number;
+  seed: number;
+}
+
+export interface SoakSample {
+  step: number;
+  rssMiB: number;
+  heapMiB: number;
+  fds: number;
+  enginePaths: number;
+  kvBlocksUsed: number;
+  descendants: number;
+  sandboxTempDirs: number;
+  toolCalls: number;
+}
+
+export interface SoakResult {
+  samples: SoakSample[];
+  /** Sampled once the run returned (tools closed, model disposed). */
+  after: Omit<SoakSample, 'step' | 'enginePaths' | 'kvBlocksUsed' | 'toolCalls'>;
+  before: Omit<SoakSample, 'step' | 'enginePaths' | 'kvBlocksUsed' | 'toolCalls'>;
+  wallSeconds: number;
+  trajectories: number;
+}
+
+/** Processes below `root` (children, grandchildren, ...), from /proc. */
+export function descendants(root = process.pid): number {
+  const parent = new Map<number, number>();
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      parent.set(Number(name), ppid);
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  let n = 0;
+  for (const pid of parent.keys()) {
+    for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) {
+      if (p === root) {
+        n++;
+        break;
+      }
+    }
+  }
+  return n;
+}
+
+function processSample(): SoakResult['before'] {
+  (globalThis as { gc?: () => void }).gc?.();
+  const m = process.memoryUsage();
+  return {
+    rssMiB: m.rss / 2 ** 20,
+    heapMiB: m.heapUsed / 2 ** 20,
+    fds: fs.readdirSync('/proc/self/fd').length,
+    descendants: descendants(),
+    sandboxTempDirs: fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith('arpo-python-')).length,
+  };
+}
+
+export async function runSoak(spec: SoakRunSpec): Promise<SoakResult> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'arpo-soak-'));
+  try {
+    const env = await buildDemoEnvironment({ seed: spec.seed, dir: path.join(dir, 'env'), sizes: { sft: 8, questions: { train: 60, valid: 8, test: 8 } } });
+    const tok = Tokenizer.fromDir(env.dir);
+    const modelDir = path.join(dir, 'model');
+    await initModel({
+      config: {
+        model_type: 'qwen3', vocab_size: tok.vocabSize, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8,
+        max_position_embeddings: 1024, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: false, torch_dtype: 'float32', bos_token_id: tok.eosTokenId, eos_token_id: tok.eosTokenId,
+      },
+      out: modelDir, seed: spec.seed, tokenizerDir: env.dir,
+    });
+    // Weights shaped so the untrained model writes tool tags often: real search and python calls every step.
+    applyTokenPrior(modelDir, 32, toolTagPrior(tok));
+    const cfg = validateConfig({
+      model: { path: modelDir, threads: 1 },
+      data: { train: env.files.train, valid: env.files.valid, validLimit: 4, systemPrompt: DEMO_SYSTEM_PROMPT },
+      rollout: { budget: 4, initialSamples: 2, entropyWindow: 4, maxResponseTokens: 32, toolCallLimit: 2, branchProbability: 1 },
+      tools: { search: { corpus: env.files.corpus, topK: 2, snippetChars: 120 }, python: { timeoutMs: 3000 }, concurrency: 4 },
+      optim: { lr: 1e-4 },
+      train: { steps: spec.steps, batchPrompts: 2, miniBatchPrompts: 1, ppoEpochs: 1, validateEvery: 50, checkpointEvery: 25, seed: spec.seed, outDir: path.join(dir, 'run') },
+    });
+    const before = processSample();
+    const samples: SoakSample[] = [];
+    let trajectories = 0;
+    const t0 = Date.now();
+    await train(cfg, {
+      progress: { write: () => true, isTTY: false },
+      afterStep: (step, { metrics, model }) => {
+        const cache = model.cacheStats();
+        trajectories += metrics['rollout/trajectories'] ?? 0;
+        samples.push({ step, ...processSample(), enginePaths: cache.paths, kvBlocksUsed: cache.blocksUsed, toolCalls: metrics['tools/executed_per_prompt'] ?? 0 });
+        if (step % 25 === 0) process.stderr.write(`[soak] step ${step}/${spec.steps}: rss ${samples[samples.length - 1]!.rssMiB.toFixed(1)} MiB, fds ${samples[samples.length - 1]!.fds}\n`);
+      },
+    });
+    return { samples, before, after: processSample(), wallSeconds: (Date.now() - t0) / 1000, trajectories };
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (require.main === module) {
+  const spec = JSON.parse(process.argv[2] ?? 'null') as SoakRunSpec | null;
+  if (!spec || typeof spec !== 'object' || !Number.isInteger(spec.steps) || spec.steps < 21) {
+    process.stderr.write("usage: node --expose-gc -r ts-node/register/transpile-only bench/soak-run.ts '{\"steps\":300,\"seed\":1}' (steps > 20)\n");
+    process.exit(2);
+  }
+  runSoak(spec).then(
+    (r) => {
+      process.stdout.write(`${JSON.stringify(r)}\n`);
+      process.exit(0);
+    },
+    (e: Error) => {
+      process.stderr.write(`soak-run: ${e.stack ?? e.message}\n`);
+      process.exit(1);
+    },
+  );
+}
