@@ -1,5 +1,6 @@
-// The Python program that runs inside the sandbox: reads the model's code from
-// stdin and runs it like a REPL cell (the last expression's value is printed).
+// The Python program that runs inside the sandbox: says it is ready (one ACK
+// byte, 0x06, on stdout), reads the model's code from stdin and runs it like a
+// REPL cell (the last expression's value is printed).
 // Kept as a string so it ships inside the compiled package (tsc copies no .py).
 
 /**
@@ -25,6 +26,10 @@ def _arpo_main():
             stream.reconfigure(errors='backslashreplace')
         except Exception:
             pass
+    # Ready: one ACK byte on stdout (the host strips it) says the interpreter
+    # is up and waiting for its code, so a warm pool knows its start is done.
+    sys.stdout.buffer.write(b'\x06')
+    sys.stdout.buffer.flush()
     src = sys.stdin.buffer.read().decode('utf-8', 'replace')
     sys.stdin = open(os.devnull)
     sys.argv = ['<python>']

@@ -1,7 +1,7 @@
 // Sandboxed Python interpreter for `<python>` calls: each call runs
 // `/usr/bin/python3 -I` in a fresh child process with no network, another
 // user, an empty environment, resource limits and a private working directory.
-import { spawn, spawnSync } from 'child_process';
+import { spawn, spawnSync, type ChildProcess } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
@@ -73,6 +73,16 @@ export interface PythonSandboxOptions {
    * the fallback (no namespaces), which every result's metadata reports.
    */
   isolation?: 'full' | 'basic';
+  /**
+   * Sandboxes kept started ahead of their calls (default 0: each call starts
+   * its own). A warm sandbox is a fresh process, already in its namespaces
+   * with its private /tmp mounted, limits and uid applied and the interpreter
+   * loaded, waiting for the code on stdin; it runs exactly one call and is
+   * replaced in the background. Nothing is shared between calls; the wall
+   * timeout starts when the code is handed over (the CPU limit also counts
+   * the interpreter's start-up, ~0.03 s). {@link PythonSandbox.close} ends them.
+   */
+  warm?: number;
 }
 
 /** What one run did. */
@@ -98,6 +108,8 @@ const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
 const DEFAULT_UID = 62000;
 const DEFAULT_UID_POOL = 64;
 const DEFAULT_GID = 65534;
+/** What the driver writes to stdout once it waits for its code (ASCII ACK). */
+const READY_BYTE = 0x06;
 /** How long a finished run waits for its output pipes to close. */
 const PIPE_GRACE_MS = 5000;
 
@@ -223,6 +235,50 @@ class Capture {
   }
 }
 
+/** A sandbox process, started; its interpreter waits for the code on stdin. */
+interface Started {
+  readonly child: ChildProcess;
+  readonly uid: number;
+  readonly releaseUid: () => void;
+  readonly hostDir: string | undefined;
+  readonly out: Capture;
+  readonly err: Capture;
+  /** Both output pipes closed (every holder gone). */
+  readonly pipesClosed: Promise<unknown>;
+  /** True once the interpreter says it waits for its code; false if the process ended first. */
+  readonly ready: Promise<boolean>;
+  /** Exit code and signal of the sandbox's first process; [null, null] after a spawn error. */
+  readonly exit: Promise<[number | null, NodeJS.Signals | null]>;
+  exited: boolean;
+  spawnError: Error | undefined;
+  /** Parked in the warm pool: its handles do not keep Node's event loop alive. */
+  parked: boolean;
+}
+
+/** SIGKILL to a started sandbox's whole process group (and, via the pid namespace, everything in it). */
+function killTree(s: Started): void {
+  if (s.child.pid !== undefined) {
+    try {
+      process.kill(-s.child.pid, 'SIGKILL');
+    } catch {
+      /* already gone */
+    }
+  }
+}
+
+/** Handles of a parked sandbox must not keep the process alive; a taken one's must. */
+function setParked(s: Started, parked: boolean): void {
+  s.parked = parked;
+  const streams = [s.child.stdin, s.child.stdout, s.child.stderr] as ({ ref?: () => void; unref?: () => void } | null)[];
+  if (parked) {
+    s.child.unref();
+    for (const st of streams) st?.unref?.();
+  } else {
+    s.child.ref();
+    for (const st of streams) st?.ref?.();
+  }
+}
+
 /** Runs Python code in a fresh sandboxed process per call. */
 export class PythonSandbox {
   readonly python: string;
@@ -238,6 +294,13 @@ export class PythonSandbox {
   readonly gid: number;
   readonly lastExpression: 'repr' | 'print' | 'none';
   readonly isolation: Isolation;
+  readonly warm: number;
+  /** Started sandboxes waiting for a call (at most `warm`). */
+  private readonly pool: Started[] = [];
+  private closed = false;
+  private refillScheduled = false;
+  /** A pool sandbox is starting (refills go one at a time). */
+  private starting = false;
 
   constructor(options: PythonSandboxOptions = {}) {
     this.python = options.python ?? '/usr/bin/python3';
@@ -252,6 +315,7 @@ export class PythonSandbox {
     this.uidPoolSize = checkInt('uidPoolSize', options.uidPoolSize ?? DEFAULT_UID_POOL, 1);
     this.gid = checkInt('gid', options.gid ?? DEFAULT_GID, 1);
     this.lastExpression = options.lastExpression ?? 'repr';
+    this.warm = checkInt('warm', options.warm ?? 0, 0);
     if (!['repr', 'print', 'none'].includes(this.lastExpression)) throw invalidArgument('"repr", "print" or "none"', 'lastExpression', this.lastExpression);
     const mode = options.isolation ?? 'full';
     if (mode !== 'full' && mode !== 'basic') throw invalidArgument('"full" or "basic"', 'isolation', mode);
@@ -295,7 +359,96 @@ export class PythonSandbox {
   /** Runs `code`; resolves with what happened (never rejects for the code's own failures). */
   async run(code: string, options: { signal?: AbortSignal } = {}): Promise<PythonRun> {
     if (typeof code !== 'string') throw invalidArgument('a string', 'code', code);
-    // The first sandbox uid no run of this process is using (shared only when all are taken).
+    const started = performance.now();
+    const sandbox = this.take() ?? this.start();
+    setParked(sandbox, false);
+    this.scheduleRefill();
+    return this.finish(sandbox, code, started, options);
+  }
+
+  /** Sandboxes waiting in the pool now (for tests and the bench). */
+  get warmCount(): number {
+    return this.pool.length;
+  }
+
+  /** The first process of every sandbox waiting in the pool (each leads its own process group). */
+  parkedPids(): number[] {
+    return this.pool.map((s) => s.child.pid).filter((p): p is number => p !== undefined);
+  }
+
+  /** Fills the warm pool now (otherwise the first call fills it). */
+  prewarm(): void {
+    this.refill();
+  }
+
+  /** Ends the warm sandboxes and waits until they are gone; later calls each start their own (no pool). */
+  async close(): Promise<void> {
+    this.closed = true;
+    const parked = this.pool.splice(0);
+    for (const s of parked) killTree(s);
+    await Promise.all(parked.map((s) => this.discard(s)));
+  }
+
+  /** A live warm sandbox, or undefined; dead ones (killed from outside while waiting) are discarded. */
+  private take(): Started | undefined {
+    for (let s = this.pool.shift(); s !== undefined; s = this.pool.shift()) {
+      if (!s.exited && s.spawnError === undefined) return s;
+      void this.discard(s);
+    }
+    return undefined;
+  }
+
+  private scheduleRefill(): void {
+    if (this.warm === 0 || this.refillScheduled || this.closed) return;
+    this.refillScheduled = true;
+    // After this call's code is handed over: its own start comes first.
+    setImmediate(() => {
+      this.refillScheduled = false;
+      this.refill();
+    });
+  }
+
+  /**
+   * Starts one replacement at a time (the next once the previous says it is
+   * ready): a start costs about as much CPU as a cold call, and a burst's
+   * refills started all at once would take that CPU from the burst's own calls.
+   */
+  private refill(): void {
+    if (this.starting || this.closed || this.pool.length >= this.warm) return;
+    const s = this.start();
+    setParked(s, true);
+    this.pool.push(s);
+    this.starting = true;
+    void s.ready.then((up) => {
+      this.starting = false;
+      // One that ended before it was up (a broken interpreter) stops the chain: no spawn loop.
+      if (up) this.refill();
+    });
+    // One that dies while waiting leaves the pool at once.
+    void s.exit.then(() => {
+      const i = this.pool.indexOf(s);
+      if (i >= 0) {
+        this.pool.splice(i, 1);
+        void this.discard(s);
+      }
+    });
+  }
+
+  /** Cleans up a sandbox that will never run a call. */
+  private async discard(s: Started): Promise<void> {
+    // Referenced again: the caller waits for its exit, so Node must too.
+    setParked(s, false);
+    killTree(s);
+    await s.exit;
+    s.child.stdout?.destroy();
+    s.child.stderr?.destroy();
+    s.child.stdin?.destroy();
+    s.releaseUid();
+    if (s.hostDir) fs.rmSync(s.hostDir, { recursive: true, force: true });
+  }
+
+  /** The first sandbox uid no sandbox of this process holds (shared only when all are taken). */
+  private reserveUid(): { uid: number; release: () => void } {
     let uid = this.uid;
     for (let i = 0; i < this.uidPoolSize; i++) {
       if (!uidsInUse.has(this.uid + i)) {
@@ -303,16 +456,21 @@ export class PythonSandbox {
         break;
       }
     }
-    const ownsUid = !uidsInUse.has(uid);
+    const owns = !uidsInUse.has(uid);
     uidsInUse.add(uid);
-    try {
-      return await this.runAs(uid, code, options);
-    } finally {
-      if (ownsUid) uidsInUse.delete(uid);
-    }
+    let released = false;
+    return {
+      uid,
+      release: () => {
+        if (owns && !released) uidsInUse.delete(uid);
+        released = true;
+      },
+    };
   }
 
-  private async runAs(uid: number, code: string, options: { signal?: AbortSignal }): Promise<PythonRun> {
+  /** Spawns a sandbox: namespaces, private /tmp, limits, uid, then the interpreter, which waits for its code on stdin. */
+  private start(): Started {
+    const { uid, release } = this.reserveUid();
     const iso = this.isolation;
     const env: Record<string, string> = {
       // Nothing of the caller's environment: no secrets, no PYTHONPATH.
@@ -360,68 +518,88 @@ export class PythonSandbox {
       env.HOME = hostDir;
       [cmd, ...args] = inner as [string, ...string[]];
     }
-    const started = performance.now();
+    const child = spawn(cmd, args, { cwd: hostDir ?? '/', env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
     const out = new Capture(this.maxOutputBytes);
     const err = new Capture(this.maxOutputBytes);
-    const child = spawn(cmd, args, { cwd: hostDir ?? '/', env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
-    let timedOut = false;
-    let cancelled = false;
-    // SIGKILL to the whole process group (and, via --kill-child, the namespace).
-    const killTree = () => {
-      if (child.pid !== undefined) {
-        try {
-          process.kill(-child.pid, 'SIGKILL');
-        } catch {
-          /* already gone */
-        }
+    let markReady: (up: boolean) => void = () => undefined;
+    const ready = new Promise<boolean>((r) => (markReady = r));
+    let first = true;
+    child.stdout.on('data', (c: Buffer) => {
+      if (first) {
+        first = false;
+        // The driver's ready byte is not output (anything else before it would be).
+        markReady(c[0] === READY_BYTE);
+        if (c[0] === READY_BYTE) c = c.subarray(1);
       }
-    };
-    const timer = setTimeout(() => {
-      timedOut = true;
-      killTree();
-    }, this.timeoutMs);
-    const onAbort = () => {
-      cancelled = true;
-      killTree();
-    };
-    if (options.signal?.aborted) onAbort();
-    else options.signal?.addEventListener('abort', onAbort, { once: true });
-    child.stdout.on('data', (c: Buffer) => out.add(c));
+      out.add(c);
+    });
+    child.stdout.once('close', () => markReady(false));
     child.stderr.on('data', (c: Buffer) => err.add(c));
-    // Both pipes closed: every process holding them is gone (listening from the start: 'close' may precede 'exit').
+    // Listening from the start: 'close' may precede 'exit'.
     const pipesClosed = Promise.all([new Promise((r) => child.stdout.once('close', r)), new Promise((r) => child.stderr.once('close', r))]);
     child.stdin.on('error', () => {
       /* the code may exit without reading all of its input */
     });
-    child.stdin.end(code);
+    const s: Started = {
+      child, uid, releaseUid: release, hostDir, out, err, pipesClosed, ready, exited: false, spawnError: undefined, parked: false,
+      exit: new Promise((resolve) => {
+        child.once('error', (e) => {
+          s.spawnError = e;
+          s.exited = true;
+          resolve([null, null]);
+        });
+        child.once('exit', (c, sig) => {
+          s.exited = true;
+          resolve([c, sig]);
+        });
+      }),
+    };
+    return s;
+  }
+
+  /** Hands `code` to a started sandbox and collects what happened; `started` is when the call began. */
+  private async finish(s: Started, code: string, started: number, options: { signal?: AbortSignal }): Promise<PythonRun> {
+    const iso = this.isolation;
+    const { child, out, err } = s;
+    let timedOut = false;
+    let cancelled = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      killTree(s);
+    }, this.timeoutMs);
+    const onAbort = () => {
+      cancelled = true;
+      killTree(s);
+    };
+    if (options.signal?.aborted) onAbort();
+    else options.signal?.addEventListener('abort', onAbort, { once: true });
+    child.stdin?.end(code);
     try {
-      const [exitCode, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve, reject) => {
-        child.once('error', reject);
-        child.once('exit', (c, s) => resolve([c, s]));
-      });
+      const [exitCode, signal] = await s.exit;
+      if (s.spawnError) throw s.spawnError;
       // Whatever is left in the group (background children) dies now.
-      killTree();
+      killTree(s);
       // Pipes close once the last holder is gone (with namespaces, once the
       // kernel has torn the pid namespace down), and only then is all output
       // read: on a loaded machine that took over 500 ms (the load test lost a
       // call's whole stdout at a 500 ms grace). Wait up to 5 s; only an escapee
       // still holding the pipes (basic isolation, setsid) costs that long.
       let grace: NodeJS.Timeout | undefined;
-      await Promise.race([pipesClosed, new Promise((r) => (grace = setTimeout(r, PIPE_GRACE_MS)))]);
+      await Promise.race([s.pipesClosed, new Promise((r) => (grace = setTimeout(r, PIPE_GRACE_MS)))]);
       clearTimeout(grace);
-      child.stdout.destroy();
-      child.stderr.destroy();
-      let code = exitCode;
+      child.stdout?.destroy();
+      child.stderr?.destroy();
+      let exit = exitCode;
       let sig: string | null = signal;
       // sh reports a child killed by signal N as exit status 128 + N.
-      if (iso.network === 'namespace' && code !== null && code > 128 && code < 128 + 65) {
-        sig = os.constants.signals ? (Object.entries(os.constants.signals).find(([, n]) => n === (code as number) - 128)?.[0] ?? null) : null;
-        code = null;
+      if (iso.network === 'namespace' && exit !== null && exit > 128 && exit < 128 + 65) {
+        sig = os.constants.signals ? (Object.entries(os.constants.signals).find(([, n]) => n === (exit as number) - 128)?.[0] ?? null) : null;
+        exit = null;
       }
       return {
         stdout: out.text(),
         stderr: err.text(),
-        exitCode: code,
+        exitCode: exit,
         signal: sig,
         timedOut,
         cancelled,
@@ -430,12 +608,13 @@ export class PythonSandbox {
         isolation: iso,
       };
     } catch (e) {
-      throw new ArpoError('TOOL_FAILED', `Cannot start the python sandbox (${cmd}): ${(e as Error).message}`, { cause: e });
+      throw new ArpoError('TOOL_FAILED', `Cannot start the python sandbox (${child.spawnfile}): ${(e as Error).message}`, { cause: e });
     } finally {
       clearTimeout(timer);
       options.signal?.removeEventListener('abort', onAbort);
-      killTree();
-      if (hostDir) fs.rmSync(hostDir, { recursive: true, force: true });
+      killTree(s);
+      s.releaseUid();
+      if (s.hostDir) fs.rmSync(s.hostDir, { recursive: true, force: true });
     }
   }
 }
@@ -481,5 +660,10 @@ export class PythonTool implements Tool {
   async execute(content: string, ctx: ToolCallContext): Promise<ToolOutput> {
     const run = await this.sandbox.run(content, { signal: ctx.signal });
     return describeRun(run, this.sandbox);
+  }
+
+  /** Ends the sandbox's warm processes. */
+  async close(): Promise<void> {
+    await this.sandbox.close();
   }
 }

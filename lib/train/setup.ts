@@ -108,7 +108,7 @@ export async function buildTools(cfg: RunConfig, runDir: string): Promise<Tools>
     }
     let python: Isolation | null = null;
     if (t.python.enabled) {
-      const tool = new PythonTool({ timeoutMs: t.python.timeoutMs, isolation: t.python.isolation });
+      const tool = new PythonTool({ timeoutMs: t.python.timeoutMs, isolation: t.python.isolation, warm: t.python.warm });
       runner.register(tool);
       python = tool.sandbox.isolation;
     }

@@ -1,6 +1,8 @@
 // Tests of the sandboxed python tool: REPL behaviour, then each escape attempt
 // (secrets, private files, writes, sockets, fork and memory bombs, loops, huge
 // output and files, processes left behind), each contained with a clear text.
+// test/tools/python-warm.test.ts runs every one of them again with a warm pool
+// of sandboxes (ARPO_TEST_PYTHON_WARM=2).
 import * as fs from 'fs';
 import * as net from 'net';
 import * as os from 'os';
@@ -18,15 +20,35 @@ const iso = detectIsolation('/usr/bin/python3', UID, UID, MODE, POOL);
 const ifUid = iso.user === 'uid' ? test : test.skip;
 const ifNs = iso.network === 'namespace' ? test : test.skip;
 
-const tool = new PythonTool({ uid: UID, gid: UID, isolation: MODE, timeoutMs: 8000 });
+// Sandboxes started ahead of their calls (0: one started per call).
+const WARM = Number(process.env.ARPO_TEST_PYTHON_WARM ?? 0);
+const made: PythonSandbox[] = [];
+afterAll(async () => {
+  await Promise.all(made.map((s) => s.close()));
+});
+function mkTool(options: ConstructorParameters<typeof PythonTool>[0]): PythonTool {
+  const t = new PythonTool({ warm: WARM, ...options });
+  made.push(t.sandbox);
+  return t;
+}
+function mkSandbox(options: ConstructorParameters<typeof PythonSandbox>[0]): PythonSandbox {
+  const s = new PythonSandbox({ warm: WARM, ...options });
+  made.push(s);
+  return s;
+}
+
+const tool = mkTool({ uid: UID, gid: UID, isolation: MODE, timeoutMs: 8000 });
 const run = (code: string): Promise<ToolOutput> => tool.execute(code, { signal: new AbortController().signal });
 
-/** PIDs of live processes owned by a sandbox uid (from /proc/<pid>/status). */
+/** PIDs of live processes owned by a sandbox uid (from /proc/<pid>/status), warm sandboxes waiting for a call excepted. */
 function sandboxProcesses(): number[] {
   const out: number[] = [];
+  const parked = new Set(made.flatMap((s) => s.parkedPids()));
   for (const e of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(e)) continue;
     try {
+      const stat = fs.readFileSync(`/proc/${e}/stat`, 'utf8');
+      if (parked.has(Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]))) continue; // its process group
       const status = fs.readFileSync(`/proc/${e}/status`, 'utf8');
       const m = /^Uid:\s+(\d+)/m.exec(status);
       const state = /^State:\s+(\S)/m.exec(status)?.[1];
@@ -78,7 +100,7 @@ describe('runs code like a REPL cell', () => {
   });
 
   test('reference mode prints str(value), None included, and leaves a final print alone', async () => {
-    const ref = new PythonTool({ uid: UID, gid: UID, isolation: MODE, lastExpression: 'print' });
+    const ref = mkTool({ uid: UID, gid: UID, isolation: MODE, lastExpression: 'print' });
     const go = (c: string) => ref.execute(c, { signal: new AbortController().signal });
     expect((await go("'a' + 'b'")).text).toBe('ab');
     expect((await go('None')).text).toBe('None');
@@ -181,7 +203,7 @@ describe('escapes are contained', () => {
   });
 
   ifUid('a fork bomb stops at the process limit and leaves nothing behind', async () => {
-    const bomb = new PythonTool({ uid: UID, gid: UID, isolation: MODE, maxProcesses: 16, timeoutMs: 5000 });
+    const bomb = mkTool({ uid: UID, gid: UID, isolation: MODE, maxProcesses: 16, timeoutMs: 5000 });
     const r = await bomb.execute(
       'import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(100)\n            os._exit(0)\n        n += 1\nexcept OSError as e:\n    print("forks", n, type(e).__name__)',
       { signal: new AbortController().signal },
@@ -193,7 +215,7 @@ describe('escapes are contained', () => {
   });
 
   ifUid('concurrent runs get their own uids: a fork bomb does not starve its neighbour', async () => {
-    const bomb = new PythonTool({ uid: UID, gid: UID, isolation: MODE, maxProcesses: 16, timeoutMs: 8000 });
+    const bomb = mkTool({ uid: UID, gid: UID, isolation: MODE, maxProcesses: 16, timeoutMs: 8000 });
     const holding = bomb.execute(
       'import os, time\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(100)\n            os._exit(0)\nexcept OSError:\n    print("full", os.getuid(), flush=True)\ntime.sleep(1.5)',
       { signal: new AbortController().signal },
@@ -201,13 +223,18 @@ describe('escapes are contained', () => {
     await new Promise((r) => setTimeout(r, 600));
     const neighbour = await bomb.execute('import os, subprocess\nsubprocess.run(["true"]).returncode, os.getuid()', { signal: new AbortController().signal });
     const held = await holding;
-    expect(held.text).toBe(`full ${UID}`);
-    expect(neighbour).toMatchObject({ ok: true, text: `(0, ${UID + 1})` });
+    // Each run has a uid of its own from the pool (the first free ones; warm sandboxes hold theirs while they wait).
+    const heldUid = Number(/^full (\d+)$/.exec(held.text)?.[1]);
+    const neighbourUid = Number(/^\(0, (\d+)\)$/.exec(neighbour.text)?.[1]);
+    if (WARM === 0) expect([heldUid, neighbourUid]).toEqual([UID, UID + 1]);
+    expect(neighbour.ok).toBe(true);
+    expect(heldUid).not.toBe(neighbourUid);
+    for (const u of [heldUid, neighbourUid]) expect(u >= UID && u < UID + POOL).toBe(true);
     expect(sandboxProcesses()).toEqual([]);
   });
 
   test('a memory bomb gets MemoryError', async () => {
-    const small = new PythonTool({ uid: UID, gid: UID, isolation: MODE, memoryBytes: 256 * 1024 ** 2 });
+    const small = mkTool({ uid: UID, gid: UID, isolation: MODE, memoryBytes: 256 * 1024 ** 2 });
     const go = (c: string) => small.execute(c, { signal: new AbortController().signal });
     expect((await go('x = bytearray(4 * 1024**3)')).text).toMatch(/MemoryError/);
     const r = await go('chunks = []\nwhile True:\n    chunks.append(b" " * 10**7)');
@@ -216,12 +243,12 @@ describe('escapes are contained', () => {
   });
 
   test('an infinite loop hits the wall timeout; a CPU hog hits the CPU limit', async () => {
-    const quick = new PythonTool({ uid: UID, gid: UID, isolation: MODE, timeoutMs: 1500, cpuSeconds: 30 });
+    const quick = mkTool({ uid: UID, gid: UID, isolation: MODE, timeoutMs: 1500, cpuSeconds: 30 });
     const t0 = performance.now();
     const r = await quick.execute('print("started", flush=True)\nwhile True:\n    pass', { signal: new AbortController().signal });
     expect(performance.now() - t0).toBeLessThan(4000);
     expect(r).toMatchObject({ ok: false, text: 'started\nError: execution timed out after 1.5 s; the process was killed.' });
-    const cpu = new PythonTool({ uid: UID, gid: UID, isolation: MODE, timeoutMs: 10000, cpuSeconds: 1 });
+    const cpu = mkTool({ uid: UID, gid: UID, isolation: MODE, timeoutMs: 10000, cpuSeconds: 1 });
     const c = await cpu.execute('while True:\n    pass', { signal: new AbortController().signal });
     expect(c).toMatchObject({ ok: false, text: 'Error: CPU time limit of 1 s exceeded; the process was killed.' });
     expect(c.meta?.signal).toBe('SIGXCPU');
@@ -237,7 +264,7 @@ describe('escapes are contained', () => {
   });
 
   test('huge files hit the file size limit', async () => {
-    const small = new PythonTool({ uid: UID, gid: UID, isolation: MODE, maxFileBytes: 1024 ** 2 });
+    const small = mkTool({ uid: UID, gid: UID, isolation: MODE, maxFileBytes: 1024 ** 2 });
     const r = await small.execute('f = open("big.bin", "wb")\nf.write(b"0" * (8 * 1024**2))\nf.close()', { signal: new AbortController().signal });
     expect(r.ok).toBe(false);
     expect(r.text).toMatch(/OSError: \[Errno 27\] File too large/);
@@ -274,7 +301,7 @@ describe('escapes are contained', () => {
 });
 
 describe('the fallback without namespaces', () => {
-  const basic = new PythonSandbox({ uid: UID, gid: UID, isolation: 'basic', timeoutMs: 5000 });
+  const basic = mkSandbox({ uid: UID, gid: UID, isolation: 'basic', timeoutMs: 5000 });
   test('it says so, blocks sockets in Python, uses and removes a temp dir', async () => {
     expect(basic.isolation.network).toBe('socket-blocked');
     expect(basic.isolation.processes).toBe('process-group');
@@ -298,5 +325,5 @@ test('through the runner: a tool result with metrics', async () => {
   expect(r).toMatchObject({ ok: true, text: '5050', timedOut: false });
   expect(r.meta?.isolation).toBe(iso.summary);
   expect(runner.metrics().python).toMatchObject({ calls: 1, ok: 1 });
-  expect(() => new PythonSandbox({ timeoutMs: 0 })).toThrow('Expected an integer >= 1 for timeoutMs but received 0 of type number');
+  expect(() => mkSandbox({ timeoutMs: 0 })).toThrow('Expected an integer >= 1 for timeoutMs but received 0 of type number');
 });

@@ -1,0 +1,105 @@
+// Python tool latency (issue 14), in `npm run bench -- --only tools` and the
+// full bench: the median / p90 wall time of PythonSandbox.run('print(1+1)')
+// one call at a time and in bursts of 16 concurrent calls, cold (a sandbox
+// started per call) and from a warm pool, with the CPU time each call costs
+// in this process and its sandboxes (the pool's refills included: the
+// sandboxes' CPU is counted once they are reaped, so the pool is closed
+// before the CPU is read).
+import * as fs from 'fs';
+import { PythonSandbox } from '../lib/tools';
+import type { Target } from './kernels';
+import { num, spread, table } from './summary';
+
+export interface LatencyRow {
+  pattern: 'sequential' | 'burst16';
+  warm: number;
+  calls: number;
+  medianMs: number;
+  p90Ms: number;
+  /** CPU seconds (this process + reaped children) per call, the pool's refills included. */
+  cpuMsPerCall: number;
+  wallSeconds: number;
+}
+
+export interface PythonLatencyBench {
+  isolation: string;
+  rows: LatencyRow[];
+  targets: Target[];
+}
+
+/** User + system CPU of this process and its reaped descendants, ms (/proc/self/stat utime, stime, cutime, cstime). */
+export function cpuMsWithChildren(): number {
+  const stat = fs.readFileSync('/proc/self/stat', 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // Fields 14-17 of proc(5), counted from 1 with pid and comm: here index 11..14.
+  const ticks = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+  return (ticks * 1000) / 100; // USER_HZ is 100 on Linux
+}
+
+function quantile(xs: number[], q: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))] as number;
+}
+
+async function measure(pattern: LatencyRow['pattern'], warm: number, calls: number): Promise<LatencyRow> {
+  const sb = new PythonSandbox({ warm, timeoutMs: 10000 });
+  // The first fill is start-up, not a call's cost: measured from a full pool.
+  if (warm > 0) {
+    sb.prewarm();
+    await new Promise((r) => setTimeout(r, 400 + 40 * warm));
+  }
+  const ms: number[] = [];
+  const cpu0 = cpuMsWithChildren();
+  const t0 = performance.now();
+  const one = async (): Promise<void> => {
+    const r = await sb.run('print(1+1)');
+    if (r.stdout.trim() !== '2' || r.exitCode !== 0) throw new Error(`python latency: a call gave ${JSON.stringify(r)}`);
+    ms.push(r.ms);
+  };
+  if (pattern === 'sequential') {
+    for (let i = 0; i < calls; i++) {
+      await one();
+      // Calls of a rollout come between decode steps: let the pool refill as it would there.
+      if (warm > 0) await new Promise((r) => setTimeout(r, 60));
+    }
+  } else {
+    for (let i = 0; i < calls; i += 16) {
+      await Promise.all(Array.from({ length: Math.min(16, calls - i) }, one));
+      if (warm > 0) await new Promise((r) => setTimeout(r, 400 + 40 * warm));
+    }
+  }
+  const wallSeconds = (performance.now() - t0) / 1000;
+  await sb.close();
+  const cpu = cpuMsWithChildren() - cpu0;
+  return { pattern, warm, calls, medianMs: quantile(ms, 0.5), p90Ms: quantile(ms, 0.9), cpuMsPerCall: cpu / calls, wallSeconds };
+}
+
+export async function runPythonLatencyBench(o: { quick: boolean; log: (s: string) => void }): Promise<PythonLatencyBench> {
+  const calls = o.quick ? 32 : 96;
+  o.log(`[bench] python latency: ${calls} calls each, cold and warm, one at a time and in bursts of 16`);
+  const isolation = new PythonSandbox().isolation.summary;
+  const rows: LatencyRow[] = [];
+  for (const [pattern, warm] of [['sequential', 0], ['sequential', 4], ['burst16', 0], ['burst16', 16]] as const) {
+    rows.push(await measure(pattern, warm, calls));
+    o.log(`[bench] python ${pattern} warm=${warm}: median ${num(rows[rows.length - 1]!.medianMs, 1)} ms`);
+  }
+  const get = (p: LatencyRow['pattern'], warm: boolean) => rows.find((r) => r.pattern === p && (r.warm > 0) === warm)!;
+  return {
+    isolation,
+    rows,
+    targets: [
+      { name: 'python tool median latency <= 15 ms, one call at a time (warm pool)', met: get('sequential', true).medianMs <= 15, detail: `${num(get('sequential', true).medianMs, 1)} ms warm vs ${num(get('sequential', false).medianMs, 1)} ms cold` },
+      { name: 'python tool median latency <= 15 ms in bursts of 16 (warm pool of 16)', met: get('burst16', true).medianMs <= 15, detail: `${num(get('burst16', true).medianMs, 1)} ms warm vs ${num(get('burst16', false).medianMs, 1)} ms cold` },
+    ],
+  };
+}
+
+export function pythonLatencyTables(b: PythonLatencyBench): string {
+  return [
+    `\`PythonSandbox.run('print(1+1)')\` with ${b.isolation}; latency is the call's wall time (code handed over -> output read). CPU per call: this process and every sandbox process, the warm pool's refills included.`,
+    table(['pattern', 'sandboxes', 'calls', 'median ms', 'p90 ms', 'CPU ms per call', 'wall s'], b.rows.map((r) => [
+      r.pattern === 'sequential' ? 'one at a time' : 'bursts of 16', r.warm > 0 ? `warm pool of ${r.warm}` : 'cold (one started per call)', String(r.calls), num(r.medianMs, 1), num(r.p90Ms, 1), num(r.cpuMsPerCall, 1), num(r.wallSeconds, 1),
+    ])),
+  ].join('\n\n');
+}
+
