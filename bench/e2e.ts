@@ -36,6 +36,15 @@ const METRICS = {
   modelSecondsPerStep: 'rollout: time in model, s / step',
   toolSecondsPerStep: 'rollout: time in tools, s / step (overlaps decoding)',
   rolloutSecondsPerStep: 'rollout: wall time, s / step',
+  engineCallsPerStep: 'rollout: engine calls / step',
+  rowsPerEngineCall: 'rollout: paths (rows) per engine call',
+  modelMsPerToken: 'rollout: model ms per token computed',
+  toolWaitSecondsPerStep: 'rollout: no engine call, every ready path waiting for tools, s / step',
+  slotsDecode: 'rollout slots: share decoding in a call',
+  slotsReady: 'rollout slots: share ready, left out of a call (batch limits)',
+  slotsTool: 'rollout slots: share waiting for a tool result',
+  slotsGrant: 'rollout slots: share held for a branch grant',
+  slotsUnused: 'rollout slots: share not started (a later branch or refill)',
   trainTokensPerSecond: 'train step: tokens computed / s (fwd + fused loss + bwd + AdamW; packed trees: unique tokens)',
   trainSecondsPerStep: 'train phase: s / step (old-logprob recompute + updates)',
   trainPeakExtraMiB: 'train step: peak RSS rise, MiB',
@@ -80,6 +89,15 @@ export function summariseRun(r: E2ERunResult): RunSummary {
     modelSecondsPerStep: meanOf(t, 'time/model_s'),
     toolSecondsPerStep: meanOf(t, 'time/tools_s'),
     rolloutSecondsPerStep: meanOf(t, 'time/rollout_s'),
+    engineCallsPerStep: meanOf(t, 'time/engine_calls'),
+    rowsPerEngineCall: meanOf(t, 'time/rows_per_call'),
+    modelMsPerToken: meanOf(t, 'time/model_ms_per_token'),
+    toolWaitSecondsPerStep: meanOf(t, 'time/tool_wait_s'),
+    slotsDecode: meanOf(t, 'time/slots_decode'),
+    slotsReady: meanOf(t, 'time/slots_ready'),
+    slotsTool: meanOf(t, 'time/slots_tool'),
+    slotsGrant: meanOf(t, 'time/slots_grant'),
+    slotsUnused: meanOf(t, 'time/slots_unused'),
     trainTokensPerSecond: r.trainStep.seconds > 0 ? r.trainStep.tokens / r.trainStep.seconds : NaN,
     trainSecondsPerStep: meanOf(t, 'time/train_s'),
     trainPeakExtraMiB: r.trainStep.peakExtraRssBytes / 2 ** 20,
@@ -202,7 +220,7 @@ export function e2eTables(r: E2EResult): string {
       `${s.steps} steps, the same prompts and seeds (${s.seeds.join(', ')}), GRPO advantages (soft attribution), held-out = ${s.validExamples} valid questions. ` +
       `Cells: median [min, max] over seeds; ratio = median over seeds of ARPO / GRPO.`,
   );
-  const digits: Partial<Record<MetricKey, number>> = { trajectoriesPerSecond: 2, tokensPerTrajectory: 1, tokensComputedPerTrajectory: 1, trainTokensPerSecond: 0, trainPeakExtraMiB: 1, processPeakMiB: 0 };
+  const digits: Partial<Record<MetricKey, number>> = { engineCallsPerStep: 0, rowsPerEngineCall: 1, modelMsPerToken: 3, trajectoriesPerSecond: 2, tokensPerTrajectory: 1, tokensComputedPerTrajectory: 1, trainTokensPerSecond: 0, trainPeakExtraMiB: 1, processPeakMiB: 0 };
   const rows = (Object.keys(METRICS) as MetricKey[]).map((k) => {
     const m = r.metrics[k];
     const d = digits[k] ?? 3;

@@ -1,5 +1,6 @@
 // Per-step rollout metrics: counters the scheduler bumps while it runs, and
 // the totals read off the finished trees (leaf tokens, inherited tool calls).
+import { emptySlotTime } from './trace';
 import type { RolloutTree } from './tree';
 import type { FinishReason, RolloutMetrics, ToolCallCounts } from './types';
 
@@ -55,6 +56,9 @@ export function emptyMetrics(mode: 'arpo' | 'trajectory'): MetricsAccumulator {
     toolMs: 0,
     wallMs: 0,
     maxBatchPaths: 0,
+    engineRows: 0,
+    slotMs: emptySlotTime(),
+    toolWaitMs: 0,
     branchDeltas: [],
     entropyBefore: new Map(),
     entropyAfter: new Map(),
@@ -134,5 +138,8 @@ export function finalizeMetrics(acc: MetricsAccumulator, trees: readonly Rollout
     toolMs: acc.toolMs,
     wallMs: acc.wallMs,
     maxBatchPaths: acc.maxBatchPaths,
+    engineRows: acc.engineRows,
+    slotMs: { ...acc.slotMs },
+    toolWaitMs: acc.toolWaitMs,
   };
 }

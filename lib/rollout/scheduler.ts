@@ -22,6 +22,7 @@ import { emptyMetrics, finalizeMetrics, type MetricsAccumulator } from './metric
 import { PathState, PromptState, type BranchRequest } from './prompt-state';
 import { resolveRolloutSettings, type RolloutSettings } from './settings';
 import { stopCompletedBy } from './stops';
+import { accountSlots, type RolloutTrace } from './trace';
 import type { RolloutTree } from './tree';
 import type { BranchDecision, FinishReason, RolloutMetrics, TokenText, ToolExecution, ToolExecutor, TopLogprobsResult, TopLogprobsSampling } from './types';
 
@@ -43,6 +44,8 @@ export interface RolloutResult {
   /** Every branch decision, by (prompt, path, tool call). */
   decisions: BranchDecision[];
   metrics: RolloutMetrics;
+  /** Every engine call and tool call with its time (rollout setting `trace`). */
+  trace?: RolloutTrace;
 }
 
 interface ToolDone {
@@ -52,9 +55,12 @@ interface ToolDone {
   result?: ToolExecution;
   error?: unknown;
   ms: number;
+  atMs: number;
 }
 
 type BatchEntry = { root: PromptState } | { path: PathState };
+
+const NO_PATHS: ReadonlySet<PathState> = new Set();
 
 /** Runs one rollout step: ARPO trees or M independent trajectories per prompt (settings.mode). */
 export async function rollout(
@@ -81,6 +87,8 @@ class RolloutRun {
   private rotation = 0;
   private readonly decisions: BranchDecision[] = [];
   private readonly m: MetricsAccumulator;
+  private readonly trace: RolloutTrace | undefined;
+  private t0 = 0;
 
   constructor(
     private readonly deps: RolloutDeps,
@@ -113,12 +121,14 @@ class RolloutRun {
       return new PromptState(i, Int32Array.from(p), this.engine.vocabSize, s);
     });
     this.m = emptyMetrics(s.mode);
+    this.trace = s.trace ? { engineCalls: [], toolCalls: [] } : undefined;
     // Every running tool call listens on this one signal.
     setMaxListeners(0, this.abort.signal);
   }
 
   async run(): Promise<RolloutResult> {
     const t0 = performance.now();
+    this.t0 = t0;
     try {
       for (const p of this.prompts) this.startPrompt(p);
       while (this.prompts.some((p) => !p.done)) {
@@ -130,7 +140,13 @@ class RolloutRun {
             if (this.prompts.some((p) => !p.done)) throw new ArpoError('NATIVE_OP_FAILED', 'rollout: no path is ready and no tool is running (scheduler invariant broken)');
             break;
           }
-          if (this.toolDone.length === 0) await new Promise<void>((resolve) => (this.wake = resolve));
+          if (this.toolDone.length === 0) {
+            const w = performance.now();
+            await new Promise<void>((resolve) => (this.wake = resolve));
+            const waited = performance.now() - w;
+            this.m.toolWaitMs += waited;
+            accountSlots(this.prompts, NO_PATHS, waited, this.m.slotMs);
+          }
           continue;
         }
         await this.step(batch);
@@ -144,7 +160,7 @@ class RolloutRun {
     // Formation order depends on timing; (prompt, path, tool call) does not.
     this.decisions.sort((a, b) => a.prompt - b.prompt || a.path - b.path || a.toolCall - b.toolCall);
     this.m.wallMs = performance.now() - t0;
-    return { trees: this.prompts.map((p) => p.tree), decisions: this.decisions, metrics: finalizeMetrics(this.m, this.prompts.map((p) => p.tree)) };
+    return { trees: this.prompts.map((p) => p.tree), decisions: this.decisions, metrics: finalizeMetrics(this.m, this.prompts.map((p) => p.tree)), ...(this.trace ? { trace: this.trace } : {}) };
   }
 
   // ---- paths -------------------------------------------------------------
@@ -250,9 +266,18 @@ class RolloutRun {
     if (topK > 0) sampling.topLogprobs = topK;
     const t = performance.now();
     const out = (await this.engine.extend(ids, inputs, sampling)) as TopLogprobsResult;
-    this.m.modelMs += performance.now() - t;
+    const ms = performance.now() - t;
+    this.m.modelMs += ms;
     this.m.engineCalls++;
+    this.m.engineRows += batch.length;
     this.m.maxBatchPaths = Math.max(this.m.maxBatchPaths, batch.length);
+    // Accounted before the samples change any path's state: what each slot did during this call.
+    accountSlots(this.prompts, new Set(batch.flatMap((e) => ('path' in e ? [e.path] : []))), ms, this.m.slotMs);
+    if (this.trace) {
+      let tokens = 0;
+      for (const x of inputs) tokens += x.length;
+      this.trace.engineCalls.push({ atMs: t - this.t0, ms, rows: batch.length, tokens, prefills: batch.filter((e) => 'root' in e).length });
+    }
     if (!out || out.tokens?.length !== batch.length) {
       throw new ArpoError('NATIVE_OP_FAILED', `rollout: engine.extend returned ${out?.tokens?.length} tokens for ${batch.length} paths`);
     }
@@ -339,9 +364,9 @@ class RolloutRun {
     path.pendingToken = closingToken;
     this.toolsInFlight++;
     const start = performance.now();
-    const done = (d: Omit<ToolDone, 'path' | 'tag' | 'content' | 'ms'>): void => {
+    const done = (d: Omit<ToolDone, 'path' | 'tag' | 'content' | 'ms' | 'atMs'>): void => {
       this.toolsInFlight--;
-      this.toolDone.push({ path, tag, content, ms: performance.now() - start, ...d });
+      this.toolDone.push({ path, tag, content, ms: performance.now() - start, atMs: start - this.t0, ...d });
       const w = this.wake;
       this.wake = null;
       w?.();
@@ -363,6 +388,10 @@ class RolloutRun {
       const counts = this.m.tool(d.tag);
       counts.executed++;
       this.m.toolMs += d.ms;
+      if (this.trace) {
+        const own = d.result?.ms;
+        this.trace.toolCalls.push({ tag: d.tag, atMs: d.atMs, ms: d.ms, ownMs: typeof own === 'number' && Number.isFinite(own) ? own : null });
+      }
       let output: string;
       let ok: boolean;
       let cached = false;

@@ -41,6 +41,8 @@ export interface RolloutSettings {
   readonly maxBatchPaths: number;
   /** Most input tokens in one engine call (prefills of prompts and tool results add up); one entry always goes. */
   readonly maxBatchTokens: number;
+  /** Record every engine call and tool call with its time in the result's `trace` (lib/rollout/trace.ts). */
+  readonly trace: boolean;
 }
 
 export const DEFAULT_ROLLOUT_SETTINGS: RolloutSettings = Object.freeze({
@@ -62,6 +64,7 @@ export const DEFAULT_ROLLOUT_SETTINGS: RolloutSettings = Object.freeze({
   entropyTopK: 10,
   maxBatchPaths: 256,
   maxBatchTokens: 16384,
+  trace: false,
 } as const);
 
 const KEYS = Object.keys(DEFAULT_ROLLOUT_SETTINGS) as (keyof RolloutSettings)[];
@@ -120,5 +123,9 @@ export function resolveRolloutSettings(overrides: Partial<RolloutSettings> = {})
     entropyTopK: int('entropyTopK', s.entropyTopK, 1),
     maxBatchPaths: int('maxBatchPaths', s.maxBatchPaths, 1),
     maxBatchTokens: int('maxBatchTokens', s.maxBatchTokens, 1),
+    trace: (() => {
+      if (typeof s.trace !== 'boolean') throw invalidArgument('true or false', 'trace', s.trace);
+      return s.trace;
+    })(),
   });
 }

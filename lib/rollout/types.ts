@@ -1,6 +1,7 @@
 // Contracts of the rollout layer with its neighbours (tokenizer, tools, model)
 // and the shapes it hands to the trainer: finish reasons, decisions, metrics.
 import type { DecodeResult, SamplingOptions } from '../model/types';
+import type { RolloutTrace, SlotTime } from './trace';
 
 /**
  * Token <-> text, as the rollout needs it: detokenise a generated tail to find
@@ -18,6 +19,8 @@ export interface ToolExecution {
   ok: boolean;
   /** Served from a replay cache (not counted as executed work). */
   cached?: boolean;
+  /** The tool's own time, ms, without queueing (ToolRunner reports it). */
+  ms?: number;
 }
 
 /**
@@ -129,4 +132,10 @@ export interface RolloutMetrics {
   wallMs: number;
   /** Largest number of paths in one engine call. */
   maxBatchPaths: number;
+  /** Paths summed over engine calls (rows per call = engineRows / engineCalls). */
+  engineRows: number;
+  /** Where the unfinished budget's slots spent the rollout, slot-ms (lib/rollout/trace.ts). */
+  slotMs: SlotTime;
+  /** Wall time with no engine call running because every ready path waited for a tool, ms. */
+  toolWaitMs: number;
 }

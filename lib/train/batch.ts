@@ -177,7 +177,14 @@ export function rolloutStepMetrics(rollout: RolloutResult, items: readonly Score
     'time/model_s': m.modelMs / 1000,
     'time/tools_s': m.toolMs / 1000,
     'time/rollout_s': m.wallMs / 1000,
+    // Where the rollout's time went (time/*: these follow tool timing and batch composition).
+    'time/engine_calls': m.engineCalls,
+    'time/rows_per_call': m.engineCalls > 0 ? m.engineRows / m.engineCalls : 0,
+    'time/model_ms_per_token': m.tokensComputed > 0 ? m.modelMs / m.tokensComputed : 0,
+    'time/tool_wait_s': m.toolWaitMs / 1000,
   };
+  const slots = m.slotMs.decode + m.slotMs.ready + m.slotMs.tool + m.slotMs.grant + m.slotMs.unused;
+  if (slots > 0) for (const [k, v] of Object.entries(m.slotMs)) out[`time/slots_${k}`] = v / slots;
   let executed = 0;
   for (const [tag, c] of Object.entries(m.toolCalls)) {
     executed += c.executed;

@@ -50,6 +50,7 @@ export const OPTIONS = {
   'rollout.entropyTopK': opt(int(1), 10, 'k of the top-k entropy approximation (reference: 10)'),
   'rollout.toolCallLimit': opt(int(0), 5, 'Per-trajectory tool-call limit (over it the path ends)'),
   'rollout.maxBatchPaths': opt(int(1), 256, 'Most paths decoded in one engine call (continuous batching width)'),
+  'rollout.trace': opt(z.boolean(), false, 'Write every engine call and tool call of each training step with its time to <train.outDir>/rollout-trace.jsonl'),
   'rollout.maxResponseTokens': opt(int(1), 4096, 'Maximum generated + tool tokens per trajectory'),
   'rollout.temperature': opt(z.number().min(0).finite(), 1.0, 'Sampling temperature'),
   'rollout.topP': opt(z.number().gt(0).max(1), 1.0, 'Nucleus sampling mass'),

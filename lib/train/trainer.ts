@@ -154,6 +154,7 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
     throw new ArpoError('BAD_CONFIG', `--resume: the checkpoint was made with a different configuration (hash ${latest.state.configHash}, now ${hash})`);
   }
   if (!options.resume && fs.existsSync(path.join(runDir, 'metrics.jsonl'))) fs.rmSync(path.join(runDir, 'metrics.jsonl'));
+  if (!options.resume) fs.rmSync(path.join(runDir, 'rollout-trace.jsonl'), { force: true });
   fs.writeFileSync(path.join(runDir, 'config.json'), `${JSON.stringify(cfg, null, 2)}\n`);
 
   if (!cfg.model.path) throw new ArpoError('BAD_CONFIG', 'config: model.path is required');
@@ -217,6 +218,12 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
       const prompts = examples.map((e) => promptIds(e, tokenizer, cfg.data.systemPrompt));
       const run = () => rollout(deps, prompts, stepSeed(cfg.train.seed, 'train', step), rolloutSettings(cfg));
       const result = options.rollout ? await options.rollout(step, run) : await run();
+      if (result.trace) {
+        // One line per step: where the time went, then every engine and tool call (times in ms from the rollout's start).
+        const m = result.metrics;
+        const line = { step, mode: m.mode, wallMs: m.wallMs, modelMs: m.modelMs, toolWaitMs: m.toolWaitMs, slotMs: m.slotMs, engineCalls: result.trace.engineCalls, toolCalls: result.trace.toolCalls };
+        fs.appendFileSync(path.join(runDir, 'rollout-trace.jsonl'), `${JSON.stringify(line)}\n`);
+      }
       // ------------------------------------------------------------ rewards and advantages
       const scored = await scoreAndAttribute(result, examples, tokenizer, reward, {
         estimator: cfg.algorithm.estimator,

@@ -441,3 +441,46 @@ describe('failures', () => {
     await expect(rollout(deps, [[1]], 1, { initialSamples: 0 })).rejects.toThrow('Expected an integer >= 1 for initialSamples but received 0 of type number');
   });
 });
+
+describe('where the time goes (slot accounting and the trace)', () => {
+  const sum = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0);
+
+  test.each(['arpo', 'trajectory'] as const)('%s: the trace adds up to the metrics; every tool wait is a tool slot', async (mode) => {
+    const { result } = await run({ mode, budget: 6, initialSamples: 2, branchProbability: 1, toolCallLimit: 3, trace: true }, { latency: () => 25 });
+    const m = result.metrics;
+    const t = result.trace!;
+    expect(t.engineCalls).toHaveLength(m.engineCalls);
+    expect(sum(t.engineCalls.map((c) => c.rows))).toBe(m.engineRows);
+    expect(sum(t.engineCalls.map((c) => c.tokens))).toBe(m.tokensComputed);
+    expect(sum(t.engineCalls.map((c) => c.ms))).toBeCloseTo(m.modelMs, 6);
+    const executed = sum(Object.values(m.toolCalls).map((c) => c.executed));
+    expect(executed).toBeGreaterThan(0);
+    expect(t.toolCalls).toHaveLength(executed);
+    expect(sum(t.toolCalls.map((c) => c.ms))).toBeCloseTo(m.toolMs, 6);
+    // Engine calls are in time order and do not overlap.
+    for (let i = 1; i < t.engineCalls.length; i++) expect(t.engineCalls[i]!.atMs).toBeGreaterThanOrEqual(t.engineCalls[i - 1]!.atMs + t.engineCalls[i - 1]!.ms - 1e-6);
+    // Rows in the calls are decode slots: the decode slot-time is exactly the rows weighted by each call's time (prefills aside).
+    expect(m.slotMs.decode).toBeCloseTo(sum(t.engineCalls.map((c) => (c.rows - c.prefills) * c.ms)), 6);
+    // A tool call of 25 ms holds its path's slot that long: the scheduler accounts it in engine calls and waits,
+    // missing only its own JS time between them.
+    expect(m.slotMs.tool).toBeLessThanOrEqual(m.toolMs + 1e-6);
+    expect(m.slotMs.tool).toBeGreaterThan(0.5 * m.toolMs);
+    expect(m.toolWaitMs).toBeLessThanOrEqual(m.wallMs);
+    if (mode === 'trajectory') {
+      // No branches, every path starts at once: nothing waits for a grant, and only the prompt prefill leaves slots unused.
+      expect(m.slotMs.grant).toBe(0);
+      expect(m.slotMs.unused).toBeLessThanOrEqual(3 * 6 * sum(t.engineCalls.filter((c) => c.prefills > 0).map((c) => c.ms)) + 1e-6); // 3 prompts x 6 slots
+    } else {
+      // 2 of 6 paths start; the other 4 slots wait for branches (or a refill) for much of the rollout.
+      expect(m.slotMs.grant + m.slotMs.unused).toBeGreaterThan(0);
+    }
+  });
+
+  test('without trace the result has none, and the slot time is still there', async () => {
+    const { result } = await run({ budget: 4, initialSamples: 2 }, { latency: () => 5 });
+    expect(result.trace).toBeUndefined();
+    expect(result.metrics.engineRows).toBeGreaterThanOrEqual(result.metrics.engineCalls);
+    expect(result.metrics.slotMs.decode).toBeGreaterThanOrEqual(0);
+    await expect(rollout({ engine: new FakeEngine({}), text: fakeText, executeTool: fakeTools().execute, eosTokenIds: [EOS] }, [fakePrompt(0)], 1, { trace: 'yes' as never })).rejects.toThrow(/true or false for trace/);
+  });
+});

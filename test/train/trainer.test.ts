@@ -79,7 +79,7 @@ describe('trainer', () => {
       validateConfig({
         model: { path: modelDir, threads: 1 },
         data: { train: env.files.train, systemPrompt: DEMO_SYSTEM_PROMPT },
-        rollout: { budget: 4, initialSamples: 2, entropyWindow: 4, maxResponseTokens: 48, toolCallLimit: 2 },
+        rollout: { budget: 4, initialSamples: 2, entropyWindow: 4, maxResponseTokens: 48, toolCallLimit: 2, trace: true },
         tools: { search: { corpus: env.files.corpus, topK: 2, snippetChars: 120 }, python: { timeoutMs: 3000 } },
         optim: { lr: 1e-3 },
         train: { steps: 4, batchPrompts: 2, miniBatchPrompts: 1, ppoEpochs: 2, microBatchTokens: 256, validateEvery: 0, checkpointEvery: 1, seed: 9, outDir, oldLogprobs: 'recompute' },
@@ -98,6 +98,16 @@ describe('trainer', () => {
     expect(ma.map((r) => r.step)).toEqual([1, 2, 3, 4]);
     expect(mb).toEqual(ma);
     expect(ma.every((r) => Number.isFinite(r.metrics['actor/loss']) && r.metrics['rollout/trajectories'] === 8)).toBe(true);
+    // rollout.trace: one line per step, its engine calls adding up to the step's logged counts.
+    const trace = fs.readFileSync(path.join(a, 'rollout-trace.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step: number; engineCalls: { rows: number; tokens: number }[]; slotMs: Record<string, number> });
+    const logged = readMetrics(path.join(a, 'metrics.jsonl'));
+    expect(trace.map((t) => t.step)).toEqual([1, 2, 3, 4]);
+    for (const t of trace) {
+      const m = logged.find((r) => r.step === t.step)!.metrics;
+      expect(t.engineCalls.length).toBe(m['time/engine_calls']);
+      expect(t.engineCalls.reduce((x, c) => x + c.tokens, 0)).toBe(m['rollout/tokens_computed']);
+      expect(Object.keys(t.slotMs).sort()).toEqual(['decode', 'grant', 'ready', 'tool', 'unused']);
+    }
     // A different configuration refuses to resume.
     const other = validateConfig({ ...JSON.parse(JSON.stringify(make(b))), optim: { ...make(b).optim, lr: 5e-4 } });
     await expect(train(other, { progress: sink, report: false, resume: true })).rejects.toThrow(/different configuration/);

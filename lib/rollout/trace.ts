@@ -1,0 +1,69 @@
+// Where a rollout's time goes (issue 14). Always: the budget's path slots
+// accounted in slot-milliseconds by what they were doing during each engine
+// call and each wait for tools — decoding in the call, ready but left out of
+// it (batch limits), waiting for a tool result, a branch request waiting for
+// its grant (held back until no earlier decision can still appear), or not
+// yet started (a future branch or refill). Optionally (rollout setting
+// `trace`): every engine call and tool call with its time.
+import type { PathState, PromptState } from './prompt-state';
+
+/** Slot-milliseconds of the unfinished part of the budget (M slots per prompt), by state. */
+export interface SlotTime {
+  /** In the engine call. */
+  decode: number;
+  /** Ready to decode but not in the call (batch path or token limits). */
+  ready: number;
+  /** Waiting for a tool result. */
+  tool: number;
+  /** A fired branch request waiting for its grant. */
+  grant: number;
+  /** Budget not yet used by any path: a later branch or a refill. */
+  unused: number;
+}
+
+export function emptySlotTime(): SlotTime {
+  return { decode: 0, ready: 0, tool: 0, grant: 0, unused: 0 };
+}
+
+export interface EngineCallTrace {
+  /** Start, ms since the rollout began. */
+  atMs: number;
+  ms: number;
+  /** Paths in the call (prompt prefills included) and tokens fed. */
+  rows: number;
+  tokens: number;
+  prefills: number;
+}
+
+export interface ToolCallTrace {
+  tag: string;
+  atMs: number;
+  /** From the call to its result being available to the scheduler. */
+  ms: number;
+  /** The tool's own execution time when it reports one (the rest is queueing in the runner). */
+  ownMs: number | null;
+}
+
+export interface RolloutTrace {
+  engineCalls: EngineCallTrace[];
+  toolCalls: ToolCallTrace[];
+}
+
+/** Adds `ms` of every unfinished prompt's slots to `into`, by what each slot is doing now. */
+export function accountSlots(prompts: readonly PromptState[], inCall: ReadonlySet<PathState>, ms: number, into: SlotTime): void {
+  if (!(ms > 0)) return;
+  for (const p of prompts) {
+    if (p.done) continue;
+    let requested = 0;
+    for (const path of p.paths) {
+      if (path.status === 'finished') continue;
+      if (path.status === 'tool') into.tool += ms;
+      else if (inCall.has(path)) into.decode += ms;
+      else into.ready += ms;
+    }
+    for (const r of p.requests) requested += Math.min(r.path.prompt.settings.branchesPerDecision, p.remaining);
+    const grant = Math.min(requested, p.remaining);
+    into.grant += grant * ms;
+    into.unused += (p.remaining - grant) * ms;
+  }
+}
