@@ -4,18 +4,18 @@
 // validation and checkpoint done) it samples, after a full GC: RSS, the V8
 // heap, open file descriptors, the engine's live paths and KV blocks, the
 // processes below this one (sandboxed interpreters) and the sandboxes' temp
-// directories. After the run (tools closed) it samples the same once more.
+// directories; the python tool's warm sandboxes (tools.python.warm, default
+// 4) are counted apart. After the run (tools closed) it samples the same once more.
 //
 //   node --expose-gc -r ts-node/register/transpile-only bench/soak-run.ts '{"steps":300,"seed":1}'
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { initModel } from '../lib/cli/init-model';
 import { buildDemoEnvironment, DEMO_SYSTEM_PROMPT } from '../lib/envs';
-import { Tokenizer } from '../lib/model/tokenizer';
 import { validateConfig } from '../lib/train/config';
+import type { PythonTool } from '../lib/tools';
 import { train } from '../lib/train/trainer';
-import { applyTokenPrior, toolTagPrior } from '../test/rollout/tiny-agent-model';
+import { initTinyQwen3 } from '../test/rollout/tiny-agent-model';
 
 export interface SoakRunSpec {
   steps: number;
@@ -29,7 +29,10 @@ export interface SoakSample {
   fds: number;
   enginePaths: number;
   kvBlocksUsed: number;
+  /** Processes below this one, the warm sandboxes waiting for a call excepted. */
   descendants: number;
+  /** Warm sandboxes waiting in the python tool's pool. */
+  warmSandboxes: number;
   sandboxTempDirs: number;
   toolCalls: number;
 }
@@ -37,27 +40,30 @@ export interface SoakSample {
 export interface SoakResult {
   samples: SoakSample[];
   /** Sampled once the run returned (tools closed, model disposed). */
-  after: Omit<SoakSample, 'step' | 'enginePaths' | 'kvBlocksUsed' | 'toolCalls'>;
-  before: Omit<SoakSample, 'step' | 'enginePaths' | 'kvBlocksUsed' | 'toolCalls'>;
+  after: Omit<SoakSample, 'step' | 'enginePaths' | 'kvBlocksUsed' | 'toolCalls' | 'warmSandboxes'>;
+  before: Omit<SoakSample, 'step' | 'enginePaths' | 'kvBlocksUsed' | 'toolCalls' | 'warmSandboxes'>;
   wallSeconds: number;
   trajectories: number;
 }
 
-/** Processes below `root` (children, grandchildren, ...), from /proc. */
-export function descendants(root = process.pid): number {
+/** Processes below `root` (children, grandchildren, ...), from /proc; those in the process groups `except` are not counted. */
+export function descendants(root = process.pid, except: ReadonlySet<number> = new Set()): number {
   const parent = new Map<number, number>();
+  const group = new Map<number, number>();
   for (const name of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
     try {
       const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      parent.set(Number(name), ppid);
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      parent.set(Number(name), Number(f[1]));
+      group.set(Number(name), Number(f[2]));
     } catch {
       // the process ended while we looked
     }
   }
   let n = 0;
   for (const pid of parent.keys()) {
+    if (except.has(group.get(pid) as number)) continue;
     for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) {
       if (p === root) {
         n++;
@@ -68,14 +74,14 @@ export function descendants(root = process.pid): number {
   return n;
 }
 
-function processSample(): SoakResult['before'] {
+function processSample(parked: readonly number[] = []): SoakResult['before'] {
   (globalThis as { gc?: () => void }).gc?.();
   const m = process.memoryUsage();
   return {
     rssMiB: m.rss / 2 ** 20,
     heapMiB: m.heapUsed / 2 ** 20,
     fds: fs.readdirSync('/proc/self/fd').length,
-    descendants: descendants(),
+    descendants: descendants(process.pid, new Set(parked)),
     sandboxTempDirs: fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith('arpo-python-')).length,
   };
 }
@@ -84,17 +90,9 @@ export async function runSoak(spec: SoakRunSpec): Promise<SoakResult> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'arpo-soak-'));
   try {
     const env = await buildDemoEnvironment({ seed: spec.seed, dir: path.join(dir, 'env'), sizes: { sft: 8, questions: { train: 60, valid: 8, test: 8 } } });
-    const tok = Tokenizer.fromDir(env.dir);
     const modelDir = path.join(dir, 'model');
-    await initModel({
-      config: {
-        model_type: 'qwen3', vocab_size: tok.vocabSize, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8,
-        max_position_embeddings: 1024, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: false, torch_dtype: 'float32', bos_token_id: tok.eosTokenId, eos_token_id: tok.eosTokenId,
-      },
-      out: modelDir, seed: spec.seed, tokenizerDir: env.dir,
-    });
     // Weights shaped so the untrained model writes tool tags often: real search and python calls every step.
-    applyTokenPrior(modelDir, 32, toolTagPrior(tok));
+    await initTinyQwen3(modelDir, env.dir, spec.seed, { toolTags: true });
     const cfg = validateConfig({
       model: { path: modelDir, threads: 1 },
       data: { train: env.files.train, valid: env.files.valid, validLimit: 4, systemPrompt: DEMO_SYSTEM_PROMPT },
@@ -109,10 +107,11 @@ export async function runSoak(spec: SoakRunSpec): Promise<SoakResult> {
     const t0 = Date.now();
     await train(cfg, {
       progress: { write: () => true, isTTY: false },
-      afterStep: (step, { metrics, model }) => {
+      afterStep: (step, { metrics, model, tools }) => {
         const cache = model.cacheStats();
+        const parked = (tools.tool('python') as PythonTool).sandbox.parkedPids();
         trajectories += metrics['rollout/trajectories'] ?? 0;
-        samples.push({ step, ...processSample(), enginePaths: cache.paths, kvBlocksUsed: cache.blocksUsed, toolCalls: metrics['tools/executed_per_prompt'] ?? 0 });
+        samples.push({ step, ...processSample(parked), warmSandboxes: parked.length, enginePaths: cache.paths, kvBlocksUsed: cache.blocksUsed, toolCalls: metrics['tools/executed_per_prompt'] ?? 0 });
         if (step % 25 === 0) process.stderr.write(`[soak] step ${step}/${spec.steps}: rss ${samples[samples.length - 1]!.rssMiB.toFixed(1)} MiB, fds ${samples[samples.length - 1]!.fds}\n`);
       },
     });

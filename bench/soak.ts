@@ -7,7 +7,7 @@
 import * as path from 'path';
 import type { Target } from './kernels';
 import type { SoakResult, SoakRunSpec, SoakSample } from './soak-run';
-import { lastJson, num, runChild, table } from './summary';
+import { lastJson, num, runChild, spread, table } from './summary';
 
 export const SOAK_WARMUP_STEPS = 20;
 
@@ -81,8 +81,9 @@ export function soakTables(s: SoakBench): string {
   ]);
   const every = Math.max(1, Math.floor(r.samples.length / 10));
   const trace = r.samples.filter((x, i) => i % every === 0 || i === r.samples.length - 1).map((x) => [String(x.step), num(x.rssMiB, 1), num(x.heapMiB, 2), String(x.fds), String(x.enginePaths), String(x.kvBlocksUsed), String(x.descendants)]);
+  const warm = spread(r.samples.map((x) => x.warmSandboxes));
   return [
-    `${s.spec.steps} RL steps (${r.trajectories} trajectories, ${num(r.wallSeconds, 0)} s) of a 2-layer, 32-wide Qwen3 on the demo world with real search and python calls, validation every 50 steps and a checkpoint every 25, in one process; sampled after each step once it is complete, after a full GC. Slopes are least-squares fits over steps >= ${SOAK_WARMUP_STEPS}.`,
+    `${s.spec.steps} RL steps (${r.trajectories} trajectories, ${num(r.wallSeconds, 0)} s) of a 2-layer, 32-wide Qwen3 on the demo world with real search and python calls, validation every 50 steps and a checkpoint every 25, in one process; sampled after each step once it is complete, after a full GC. Slopes are least-squares fits over steps >= ${SOAK_WARMUP_STEPS}. The python tool keeps ${num(warm.min, 0)}-${num(warm.max, 0)} warm sandboxes waiting after each step (tools.python.warm): their pipes are among the file descriptors, and 'processes below' counts every other process under the trainer.`,
     table(['quantity', 'before the run', `step ${SOAK_WARMUP_STEPS}`, 'last step', 'slope per step', 'fitted growth over the run', 'after the run'], rows),
     table(['step', 'RSS MiB', 'heap MiB', 'fds', 'engine paths', 'KV blocks used', 'processes below'], trace),
   ].join('\n\n');

@@ -24,6 +24,7 @@ import * as path from 'path';
 import { ArpoError } from '../errors';
 import { epochPermutation, type DatasetExample, type SamplerState } from '../data';
 import type { PolicyModel, TrainSequence, TrainStepOptions } from '../model/policy-model';
+import type { ToolRunner } from '../tools/runner';
 import type { Tokenizer } from '../model/tokenizer';
 import { rollout, type RolloutDeps, type RolloutResult } from '../rollout';
 import type { RewardFn } from '../reward';
@@ -54,7 +55,7 @@ export interface TrainOptions {
    * Called when a step is complete (metrics logged, validation and checkpoint
    * done): observers such as the soak bench read the model's cache here.
    */
-  afterStep?: (step: number, state: { metrics: StepMetrics; model: PolicyModel }) => void | Promise<void>;
+  afterStep?: (step: number, state: { metrics: StepMetrics; model: PolicyModel; tools: ToolRunner }) => void | Promise<void>;
 }
 
 export interface TrainSummary {
@@ -291,7 +292,7 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
       if ((cfg.train.checkpointEvery > 0 && step % cfg.train.checkpointEvery === 0) || step === cfg.train.steps || step === lastStep) {
         await saveCheckpoint(step);
       }
-      if (options.afterStep) await options.afterStep(step, { metrics: lastMetrics, model });
+      if (options.afterStep) await options.afterStep(step, { metrics: lastMetrics, model, tools: tools.runner });
     }
     if (options.report !== false) await writeReport([runDir]);
     return { runDir, stepsDone: lastStep - startStep, lastMetrics, validation };

@@ -98,3 +98,23 @@ export function toolTagPrior(tok: { encode(text: string): Int32Array; readonly v
   const rest = 1 - [...tagIds.values()].reduce((a, b) => a + b, 0) - 0.002;
   return (v) => tagIds.get(v) ?? (v === eos ? 0.002 : special.has(v) ? 1e-5 : rest / (tok.vocabSize - special.size));
 }
+
+/**
+ * A 2-layer, 32-wide random Qwen3 (float32) for a real tokenizer (the demo's),
+ * written to `out` with that tokenizer; with `toolTags` its weights get
+ * {@link toolTagPrior} so the untrained model calls search and python often.
+ * The kill harness and the soak train it.
+ */
+export async function initTinyQwen3(out: string, tokenizerDir: string, seed: number, options: { toolTags?: boolean } = {}): Promise<void> {
+  const { initModel } = require('../../lib/cli/init-model') as typeof import('../../lib/cli/init-model');
+  const { Tokenizer } = require('../../lib/model/tokenizer') as typeof import('../../lib/model/tokenizer');
+  const t = Tokenizer.fromDir(tokenizerDir);
+  await initModel({
+    config: {
+      model_type: 'qwen3', vocab_size: t.vocabSize, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8,
+      max_position_embeddings: 1024, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: false, torch_dtype: 'float32', bos_token_id: t.eosTokenId, eos_token_id: t.eosTokenId,
+    },
+    out, seed, tokenizerDir,
+  });
+  if (options.toolTags) applyTokenPrior(out, 32, toolTagPrior(t));
+}

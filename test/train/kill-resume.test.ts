@@ -13,12 +13,10 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { buildDemoEnvironment } from '../../lib/envs';
-import { initModel } from '../../lib/cli/init-model';
-import { Tokenizer } from '../../lib/model/tokenizer';
 import { CheckpointManager } from '../../lib/train/checkpoint';
 import { readMetrics } from '../../lib/train/metrics';
 import { hasTorch } from '../../lib/native/loader';
-import { applyTokenPrior, toolTagPrior } from '../rollout/tiny-agent-model';
+import { initTinyQwen3 } from '../rollout/tiny-agent-model';
 import { Rng } from '../../lib/envs/demo/rng';
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -109,17 +107,9 @@ describe('kill anywhere, resume to the same numbers', () => {
 
   ifTorch(`arpo train killed at ${KILLS} random moments and resumed ends exactly where an uninterrupted run ends`, async () => {
     const env = await buildDemoEnvironment({ seed: 6, dir: path.join(tmp, 'env'), sizes: { sft: 8, questions: { train: 40, valid: 10, test: 10 } } });
-    const tok = Tokenizer.fromDir(env.dir);
     const modelDir = path.join(tmp, 'model');
-    await initModel({
-      config: {
-        model_type: 'qwen3', vocab_size: tok.vocabSize, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8,
-        max_position_embeddings: 1024, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: false, torch_dtype: 'float32', bos_token_id: tok.eosTokenId, eos_token_id: tok.eosTokenId,
-      },
-      out: modelDir, seed: 7, tokenizerDir: env.dir,
-    });
     // Weights shaped so the untrained model writes tool tags often (real search and python calls).
-    applyTokenPrior(modelDir, 32, toolTagPrior(tok));
+    await initTinyQwen3(modelDir, env.dir, 7, { toolTags: true });
     const rewardModule = path.join(tmp, 'reward.js');
     fs.writeFileSync(rewardModule, "exports.rewards = { 'kill-test-length': ({ response }) => (response.length % 3) / 2 };\n");
     const writeConfig = (runDir: string): string => {
@@ -178,15 +168,8 @@ describe('kill anywhere, resume to the same numbers', () => {
   ifTorch(`arpo sft killed at ${Math.ceil(KILLS / 2)} random moments and resumed ends exactly where an uninterrupted run ends`, async () => {
     const kills = Math.ceil(KILLS / 2);
     const env = await buildDemoEnvironment({ seed: 8, dir: path.join(tmp, 'env-sft'), sizes: { sft: 24, questions: { train: 30, valid: 4, test: 4 } } });
-    const tok = Tokenizer.fromDir(env.dir);
     const modelDir = path.join(tmp, 'model-sft');
-    await initModel({
-      config: {
-        model_type: 'qwen3', vocab_size: tok.vocabSize, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8,
-        max_position_embeddings: 1024, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: false, torch_dtype: 'float32', bos_token_id: tok.eosTokenId, eos_token_id: tok.eosTokenId,
-      },
-      out: modelDir, seed: 3, tokenizerDir: env.dir,
-    });
+    await initTinyQwen3(modelDir, env.dir, 3);
     const command = (runDir: string): string[] => {
       const file = path.join(tmp, `${path.basename(runDir)}.json`);
       fs.writeFileSync(file, JSON.stringify({
