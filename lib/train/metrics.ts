@@ -35,6 +35,26 @@ export class MetricsLog {
   }
 }
 
+/**
+ * Keeps the lines of a JSONL file whose `step` is <= `step` (atomically; a torn
+ * or unreadable line is dropped): a resumed run's side files (the rollout
+ * trace) lose the steps after its checkpoint, as metrics.jsonl does.
+ */
+export function truncateJsonlAfter(file: string, step: number): void {
+  if (!fs.existsSync(file)) return;
+  const kept = fs.readFileSync(file, 'utf8').split('\n').filter((line) => {
+    try {
+      const r = JSON.parse(line) as { step?: unknown };
+      return typeof r.step === 'number' && r.step <= step;
+    } catch {
+      return false;
+    }
+  });
+  const tmp = `${file}.tmp-${process.pid}`;
+  fs.writeFileSync(tmp, kept.map((l) => `${l}\n`).join(''));
+  fs.renameSync(tmp, file);
+}
+
 /** Reads a metrics.jsonl file; a torn last line (killed mid-write) is ignored. */
 export function readMetrics(file: string): MetricsRecord[] {
   if (!fs.existsSync(file)) return [];

@@ -32,7 +32,7 @@ import { microBatches, rolloutStepMetrics, scoreAndAttribute, type ScoredTraject
 import { buildTrainTrees, recomputeTreeLogprobs, treeMicroBatches, treeTokenCounts } from './tree-batch';
 import { CheckpointManager } from './checkpoint';
 import type { RunConfig } from './config';
-import { MetricsLog, Progress, type StepMetrics } from './metrics';
+import { MetricsLog, Progress, truncateJsonlAfter, type StepMetrics } from './metrics';
 import { writeReport } from './report';
 import { buildReward, buildTools, loadDataset, loadPolicy, optimizerSettings, promptIds, rolloutDeps, rolloutSettings } from './setup';
 
@@ -191,7 +191,10 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
     const deps = rolloutDeps(model, tokenizer, tools.runner, cfg.model.path);
     const log = new MetricsLog(runDir);
     const startStep = latest ? latest.state.step : 0;
-    if (latest) log.truncateAfter(startStep);
+    if (latest) {
+      log.truncateAfter(startStep);
+      truncateJsonlAfter(path.join(runDir, 'rollout-trace.jsonl'), startStep);
+    }
     const progress = new Progress(cfg.train.steps, options.progress ?? process.stderr);
     const stepOptions = lossOptions(cfg);
     const started = Date.now();

@@ -87,3 +87,17 @@ describe('progress lines', () => {
     expect(lines[0]).toMatch(/^sft step 8\/10 \| loss 1\.0000 \| eta 0:00\n$/); // resumed at step 7: one step timed, instantly
   });
 });
+
+describe('truncateJsonlAfter', () => {
+  test('keeps the lines up to a step, drops later and torn ones, and leaves a missing file alone', () => {
+    const { truncateJsonlAfter } = require('../../lib/train/metrics') as typeof import('../../lib/train/metrics');
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'arpo-trunc-'));
+    const f = path.join(dir, 't.jsonl');
+    fs.writeFileSync(f, '{"step":1,"a":[1]}\n{"step":2}\n{"step":3}\n{"step":2,"late":true}\n{"step":4,"torn\n');
+    truncateJsonlAfter(f, 2);
+    expect(fs.readFileSync(f, 'utf8')).toBe('{"step":1,"a":[1]}\n{"step":2}\n{"step":2,"late":true}\n');
+    truncateJsonlAfter(path.join(dir, 'none.jsonl'), 1);
+    expect(fs.existsSync(path.join(dir, 'none.jsonl'))).toBe(false);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+});

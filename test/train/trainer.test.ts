@@ -102,6 +102,9 @@ describe('trainer', () => {
     const trace = fs.readFileSync(path.join(a, 'rollout-trace.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step: number; engineCalls: { rows: number; tokens: number }[]; slotMs: Record<string, number> });
     const logged = readMetrics(path.join(a, 'metrics.jsonl'));
     expect(trace.map((t) => t.step)).toEqual([1, 2, 3, 4]);
+    // The resumed run keeps its trace lines in step order, each step once.
+    const traceB = fs.readFileSync(path.join(b, 'rollout-trace.jsonl'), 'utf8').trim().split('\n').map((l) => (JSON.parse(l) as { step: number }).step);
+    expect(traceB).toEqual([1, 2, 3, 4]);
     for (const t of trace) {
       const m = logged.find((r) => r.step === t.step)!.metrics;
       expect(t.engineCalls.length).toBe(m['time/engine_calls']);
