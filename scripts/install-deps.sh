@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs arpo's system dependencies on Debian/Ubuntu, skipping what is
 # present: compilers and cmake for the native addon, libtorch (CPU) for the
-# policy model, python3 with numpy and sympy for the sandboxed interpreter,
+# policy model, the Gloo headers for its c10d data parallelism, python3 with
+# numpy and sympy for the sandboxed interpreter,
 # Chromium for the report's browser test, and OpenBLAS (Debian's libtorch
 # otherwise runs its matrix products on the reference BLAS, ~10x slower).
 # Run as root (or with sudo).
 set -euo pipefail
 
-packages=(build-essential cmake ninja-build pkg-config libtorch-dev libopenblas0-pthread python3 python3-numpy python3-sympy chromium)
+packages=(build-essential cmake ninja-build pkg-config libtorch-dev libgloo-dev libopenblas0-pthread python3 python3-numpy python3-sympy chromium)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
