@@ -13,6 +13,7 @@ import { PolicyModel } from '../lib/model/policy-model';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { rollout, type RolloutResult } from '../lib/rollout';
 import { buildTools, loadDataset, promptIds, rolloutDeps, rolloutSettings } from '../lib/train/setup';
+import { childMain } from './summary';
 import { stepSeed } from '../lib/train/trainer';
 
 export interface DeterminismRunSpec {
@@ -73,19 +74,5 @@ export async function runDeterminism(spec: DeterminismRunSpec): Promise<Determin
 }
 
 if (require.main === module) {
-  const spec = JSON.parse(process.argv[2] ?? 'null') as DeterminismRunSpec | null;
-  if (!spec || typeof spec !== 'object') {
-    process.stderr.write("usage: ts-node --transpile-only bench/determinism-run.ts '{\"envDir\":...,\"modelDir\":...,\"seed\":1,\"quick\":true,\"reps\":2}'\n");
-    process.exit(2);
-  }
-  runDeterminism(spec).then(
-    (r) => {
-      process.stdout.write(`${JSON.stringify(r)}\n`);
-      process.exit(0);
-    },
-    (e: Error) => {
-      process.stderr.write(`determinism-run: ${e.stack ?? e.message}\n`);
-      process.exit(1);
-    },
-  );
+  childMain<DeterminismRunSpec, unknown>('determinism-run', "ts-node --transpile-only bench/determinism-run.ts '{\"envDir\":...,\"modelDir\":...,\"seed\":1,\"quick\":true,\"reps\":2}'", () => true, runDeterminism);
 }

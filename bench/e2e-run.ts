@@ -11,6 +11,7 @@ import { demoRunConfig } from '../lib/cli/demo';
 import { PolicyModel, type TrainSequence, type TrainTreeBatch } from '../lib/model/policy-model';
 import { evaluate } from '../lib/train/evaluate';
 import { readMetrics } from '../lib/train/metrics';
+import { childMain } from './summary';
 import { train } from '../lib/train/trainer';
 
 export interface E2ERunSpec {
@@ -129,19 +130,5 @@ export async function runE2E(spec: E2ERunSpec): Promise<E2ERunResult> {
 }
 
 if (require.main === module) {
-  const spec = JSON.parse(process.argv[2] ?? 'null') as E2ERunSpec | null;
-  if (!spec || typeof spec !== 'object') {
-    process.stderr.write("usage: ts-node --transpile-only bench/e2e-run.ts '{\"envDir\":...,\"modelDir\":...,\"runDir\":...,\"seed\":1,\"mode\":\"arpo\",\"steps\":2,\"quick\":true}'\n");
-    process.exit(2);
-  }
-  runE2E(spec).then(
-    (r) => {
-      process.stdout.write(`${JSON.stringify(r)}\n`);
-      process.exit(0);
-    },
-    (e: Error) => {
-      process.stderr.write(`e2e-run: ${e.stack ?? e.message}\n`);
-      process.exit(1);
-    },
-  );
+  childMain<E2ERunSpec, unknown>('e2e-run', "ts-node --transpile-only bench/e2e-run.ts '{\"envDir\":...,\"modelDir\":...,\"runDir\":...,\"seed\":1,\"mode\":\"arpo\",\"steps\":2,\"quick\":true}'", () => true, runE2E);
 }

@@ -23,6 +23,7 @@ import { microBatches, scoreAndAttribute } from '../lib/train/batch';
 import { buildReward, buildTools, loadDataset, loadPolicy, promptIds, rolloutDeps, rolloutSettings } from '../lib/train/setup';
 import { lossOptions, stepSeed } from '../lib/train/trainer';
 import { buildTrainTrees, recomputeTreeLogprobs, treeMicroBatches, treeTokenCounts } from '../lib/train/tree-batch';
+import { childMain } from './summary';
 
 export type PackingRunSpec =
   | { kind: 'train'; envDir: string; modelDir: string; seed: number; quick: boolean; reps: number }
@@ -203,19 +204,10 @@ async function runHead(spec: Extract<PackingRunSpec, { kind: 'head' }>): Promise
 }
 
 if (require.main === module) {
-  const spec = JSON.parse(process.argv[2] ?? 'null') as PackingRunSpec | null;
-  if (!spec || typeof spec !== 'object') {
-    process.stderr.write("usage: ts-node --transpile-only bench/packing-run.ts '{\"kind\":\"head\",\"variant\":\"tree\",\"tokens\":4096,\"vocab\":151936,\"hidden\":64}'\n");
-    process.exit(2);
-  }
-  (spec.kind === 'train' ? runTrain(spec) : runHead(spec)).then(
-    (r) => {
-      process.stdout.write(`${JSON.stringify(r)}\n`);
-      process.exit(0);
-    },
-    (e: Error) => {
-      process.stderr.write(`packing-run: ${e.stack ?? e.message}\n`);
-      process.exit(1);
-    },
+  childMain<PackingRunSpec, unknown>(
+    'packing-run',
+    "ts-node --transpile-only bench/packing-run.ts '{\"kind\":\"head\",\"variant\":\"tree\",\"tokens\":4096,\"vocab\":151936,\"hidden\":64}'",
+    () => true,
+    (spec) => (spec.kind === 'train' ? runTrain(spec) : runHead(spec)),
   );
 }

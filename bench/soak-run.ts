@@ -15,6 +15,7 @@ import { buildDemoEnvironment, DEMO_SYSTEM_PROMPT } from '../lib/envs';
 import { validateConfig } from '../lib/train/config';
 import type { PythonTool } from '../lib/tools';
 import { train } from '../lib/train/trainer';
+import { childMain } from './summary';
 import { initTinyQwen3 } from '../test/rollout/tiny-agent-model';
 
 export interface SoakRunSpec {
@@ -122,19 +123,5 @@ export async function runSoak(spec: SoakRunSpec): Promise<SoakResult> {
 }
 
 if (require.main === module) {
-  const spec = JSON.parse(process.argv[2] ?? 'null') as SoakRunSpec | null;
-  if (!spec || typeof spec !== 'object' || !Number.isInteger(spec.steps) || spec.steps < 21) {
-    process.stderr.write("usage: node --expose-gc -r ts-node/register/transpile-only bench/soak-run.ts '{\"steps\":300,\"seed\":1}' (steps > 20)\n");
-    process.exit(2);
-  }
-  runSoak(spec).then(
-    (r) => {
-      process.stdout.write(`${JSON.stringify(r)}\n`);
-      process.exit(0);
-    },
-    (e: Error) => {
-      process.stderr.write(`soak-run: ${e.stack ?? e.message}\n`);
-      process.exit(1);
-    },
-  );
+  childMain<SoakRunSpec, unknown>('soak-run', "node --expose-gc -r ts-node/register/transpile-only bench/soak-run.ts '{\"steps\":300,\"seed\":1}' (steps > 20)", (s) => Number.isInteger(s.steps) && s.steps > 20, runSoak);
 }

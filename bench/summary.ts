@@ -91,3 +91,31 @@ export function lastJson<T>(stdout: string, what: string): T {
   }
   throw new Error(`${what}: no JSON result on stdout (got ${JSON.stringify(stdout.slice(-300))})`);
 }
+
+/**
+ * The main of a bench child process (`bench/<name>-run.ts '<json spec>'`): parses
+ * the spec, runs it and prints the result as one JSON line (exit 0), or the
+ * usage (exit 2) or the error (exit 1).
+ */
+export function childMain<S, R>(name: string, usage: string, valid: (spec: S) => boolean, run: (spec: S) => Promise<R>): void {
+  let spec: S | null = null;
+  try {
+    spec = JSON.parse(process.argv[2] ?? 'null') as S | null;
+  } catch {
+    spec = null;
+  }
+  if (!spec || typeof spec !== 'object' || !valid(spec)) {
+    process.stderr.write(`usage: ${usage}\n`);
+    process.exit(2);
+  }
+  run(spec).then(
+    (r) => {
+      process.stdout.write(`${JSON.stringify(r)}\n`);
+      process.exit(0);
+    },
+    (e: Error) => {
+      process.stderr.write(`${name}: ${e.stack ?? e.message}\n`);
+      process.exit(1);
+    },
+  );
+}
