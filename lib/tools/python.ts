@@ -249,10 +249,9 @@ interface Started {
   readonly ready: Promise<boolean>;
   /** Exit code and signal of the sandbox's first process; [null, null] after a spawn error. */
   readonly exit: Promise<[number | null, NodeJS.Signals | null]>;
+  /** The process has exited (or could not be spawned: then spawnError says why). */
   exited: boolean;
   spawnError: Error | undefined;
-  /** Parked in the warm pool: its handles do not keep Node's event loop alive. */
-  parked: boolean;
 }
 
 /** SIGKILL to a started sandbox's whole process group (and, via the pid namespace, everything in it). */
@@ -268,7 +267,6 @@ function killTree(s: Started): void {
 
 /** Handles of a parked sandbox must not keep the process alive; a taken one's must. */
 function setParked(s: Started, parked: boolean): void {
-  s.parked = parked;
   const streams = [s.child.stdin, s.child.stdout, s.child.stderr] as ({ ref?: () => void; unref?: () => void } | null)[];
   if (parked) {
     s.child.unref();
@@ -384,15 +382,13 @@ export class PythonSandbox {
   /** Ends the warm sandboxes and waits until they are gone; later calls each start their own (no pool). */
   async close(): Promise<void> {
     this.closed = true;
-    const parked = this.pool.splice(0);
-    for (const s of parked) killTree(s);
-    await Promise.all(parked.map((s) => this.discard(s)));
+    await Promise.all(this.pool.splice(0).map((s) => this.discard(s)));
   }
 
   /** A live warm sandbox, or undefined; dead ones (killed from outside while waiting) are discarded. */
   private take(): Started | undefined {
     for (let s = this.pool.shift(); s !== undefined; s = this.pool.shift()) {
-      if (!s.exited && s.spawnError === undefined) return s;
+      if (!s.exited) return s;
       void this.discard(s);
     }
     return undefined;
@@ -541,7 +537,7 @@ export class PythonSandbox {
       /* the code may exit without reading all of its input */
     });
     const s: Started = {
-      child, uid, releaseUid: release, hostDir, out, err, pipesClosed, ready, exited: false, spawnError: undefined, parked: false,
+      child, uid, releaseUid: release, hostDir, out, err, pipesClosed, ready, exited: false, spawnError: undefined,
       exit: new Promise((resolve) => {
         child.once('error', (e) => {
           s.spawnError = e;
