@@ -60,8 +60,6 @@ interface ToolDone {
 
 type BatchEntry = { root: PromptState } | { path: PathState };
 
-const NO_PATHS: ReadonlySet<PathState> = new Set();
-
 /** Runs one rollout step: ARPO trees or M independent trajectories per prompt (settings.mode). */
 export async function rollout(
   deps: RolloutDeps,
@@ -145,7 +143,7 @@ class RolloutRun {
             await new Promise<void>((resolve) => (this.wake = resolve));
             const waited = performance.now() - w;
             this.m.toolWaitMs += waited;
-            accountSlots(this.prompts, NO_PATHS, waited, this.m.slotMs);
+            accountSlots(this.prompts, waited, this.m.slotMs);
           }
           continue;
         }
@@ -249,6 +247,7 @@ class RolloutRun {
   private async step(batch: BatchEntry[]): Promise<void> {
     const ids: number[] = [];
     const inputs: Int32Array[] = [];
+    let tokens = 0;
     for (const e of batch) {
       if ('root' in e) {
         e.root.rootInFlight = true;
@@ -259,8 +258,9 @@ class RolloutRun {
         ids.push(e.path.engineId);
         inputs.push(e.path.input as Int32Array);
       }
-      this.m.tokensComputed += (inputs[inputs.length - 1] as Int32Array).length;
+      tokens += (inputs[inputs.length - 1] as Int32Array).length;
     }
+    this.m.tokensComputed += tokens;
     const sampling: TopLogprobsSampling = { temperature: this.s.temperature, topK: this.s.topK, topP: this.s.topP, seed: this.seed };
     const topK = this.s.entropyEstimate === 'top-k' ? this.s.entropyTopK : 0;
     if (topK > 0) sampling.topLogprobs = topK;
@@ -271,13 +271,9 @@ class RolloutRun {
     this.m.engineCalls++;
     this.m.engineRows += batch.length;
     this.m.maxBatchPaths = Math.max(this.m.maxBatchPaths, batch.length);
-    // Accounted before the samples change any path's state: what each slot did during this call.
-    accountSlots(this.prompts, new Set(batch.flatMap((e) => ('path' in e ? [e.path] : []))), ms, this.m.slotMs);
-    if (this.trace) {
-      let tokens = 0;
-      for (const x of inputs) tokens += x.length;
-      this.trace.engineCalls.push({ atMs: t - this.t0, ms, rows: batch.length, tokens, prefills: batch.filter((e) => 'root' in e).length });
-    }
+    // Accounted before the samples change any path's state (the batch's paths are still inFlight).
+    accountSlots(this.prompts, ms, this.m.slotMs);
+    if (this.trace) this.trace.engineCalls.push({ atMs: t - this.t0, ms, rows: batch.length, tokens, prefills: batch.filter((e) => 'root' in e).length });
     if (!out || out.tokens?.length !== batch.length) {
       throw new ArpoError('NATIVE_OP_FAILED', `rollout: engine.extend returned ${out?.tokens?.length} tokens for ${batch.length} paths`);
     }

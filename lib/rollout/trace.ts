@@ -5,7 +5,7 @@
 // its grant (held back until no earlier decision can still appear), or not
 // yet started (a future branch or refill). Optionally (rollout setting
 // `trace`): every engine call and tool call with its time.
-import type { PathState, PromptState } from './prompt-state';
+import type { PromptState } from './prompt-state';
 
 /** Slot-milliseconds of the unfinished part of the budget (M slots per prompt), by state. */
 export interface SlotTime {
@@ -49,19 +49,22 @@ export interface RolloutTrace {
   toolCalls: ToolCallTrace[];
 }
 
-/** Adds `ms` of every unfinished prompt's slots to `into`, by what each slot is doing now. */
-export function accountSlots(prompts: readonly PromptState[], inCall: ReadonlySet<PathState>, ms: number, into: SlotTime): void {
+/**
+ * Adds `ms` of every unfinished prompt's slots to `into`, by what each slot is
+ * doing now; a path is in the engine call while its `inFlight` is set.
+ */
+export function accountSlots(prompts: readonly PromptState[], ms: number, into: SlotTime): void {
   if (!(ms > 0)) return;
   for (const p of prompts) {
     if (p.done) continue;
-    let requested = 0;
     for (const path of p.paths) {
       if (path.status === 'finished') continue;
       if (path.status === 'tool') into.tool += ms;
-      else if (inCall.has(path)) into.decode += ms;
+      else if (path.inFlight) into.decode += ms;
       else into.ready += ms;
     }
-    for (const r of p.requests) requested += Math.min(r.path.prompt.settings.branchesPerDecision, p.remaining);
+    let requested = 0;
+    for (let i = 0; i < p.requests.length; i++) requested += Math.min(p.settings.branchesPerDecision, p.remaining);
     const grant = Math.min(requested, p.remaining);
     into.grant += grant * ms;
     into.unused += (p.remaining - grant) * ms;
