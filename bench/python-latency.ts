@@ -8,7 +8,7 @@
 import * as fs from 'fs';
 import { PythonSandbox } from '../lib/tools';
 import type { Target } from './kernels';
-import { num, spread, table } from './summary';
+import { num, quantile, table } from './summary';
 
 export interface LatencyRow {
   pattern: 'sequential' | 'burst16';
@@ -34,11 +34,6 @@ export function cpuMsWithChildren(): number {
   // Fields 14-17 of proc(5), counted from 1 with pid and comm: here index 11..14.
   const ticks = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
   return (ticks * 1000) / 100; // USER_HZ is 100 on Linux
-}
-
-function quantile(xs: number[], q: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(q * s.length))] as number;
 }
 
 async function measure(pattern: LatencyRow['pattern'], warm: number, calls: number): Promise<LatencyRow> {

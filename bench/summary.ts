@@ -20,6 +20,12 @@ export function spread(values: readonly number[]): Spread {
 }
 
 /** A number with `digits` significant decimals; '-' for NaN / undefined. */
+/** The q-quantile of xs by rank: the element at floor(q * n) of the sorted values (the last one for q = 1). */
+export function quantile(xs: readonly number[], q: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))] as number;
+}
+
 export function num(v: number | undefined, digits = 2): string {
   if (v === undefined || !Number.isFinite(v)) return '-';
   const a = Math.abs(v);

@@ -14,13 +14,9 @@ import {
   ToolCallCache,
   ToolRunner,
 } from '../lib/tools';
+import { quantile } from './summary';
 
 const CALLS = 50;
-
-function quantile(xs: number[], q: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(q * s.length))] as number;
-}
 
 async function time(label: string, runner: ToolRunner, tag: string, content: (i: number) => string): Promise<void> {
   const ms: number[] = [];

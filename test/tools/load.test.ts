@@ -10,6 +10,7 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { detectIsolation, PythonTool, SearchIndex, SearchTool, ToolRunner, type ToolRunResult } from '../../lib/tools';
+import { quantile } from '../../bench/summary';
 
 const CALLS = Number(process.env.ARPO_LOAD_CALLS ?? 400);
 const UID = 63123;
@@ -36,11 +37,6 @@ function leftovers(marker: string): string[] {
 
 const openFds = (): number => fs.readdirSync('/proc/self/fd').length;
 const tempDirs = (): string[] => fs.readdirSync(os.tmpdir()).filter((f) => f.startsWith('arpo-python-'));
-
-function quantile(xs: number[], q: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(q * s.length))] as number;
-}
 
 test(`${CALLS} python and search calls at concurrency 16 leave no process, fd or temp dir behind`, async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'arpo-load-'));
