@@ -126,6 +126,22 @@ function writeFileSynced(file: string, text: string): void {
   }
 }
 
+/**
+ * A run's checkpoints at start: partial ones removed, and with `resume` the
+ * newest complete one, which must exist and carry this configuration's hash.
+ * `kind` names them in errors ('' for RL, 'SFT ' for SFT's own folder).
+ */
+export function openRunCheckpoints(runDir: string, hash: string, resume: boolean, subdir = 'checkpoints', kind = ''): { ckpt: CheckpointManager; latest: { dir: string; state: TrainerState } | null } {
+  const ckpt = new CheckpointManager(runDir, 2, subdir);
+  ckpt.cleanPartial();
+  const latest = resume ? ckpt.latest() : null;
+  if (resume && !latest) throw new ArpoError('BAD_CHECKPOINT', `--resume: no complete ${kind}checkpoint in ${ckpt.dir}`);
+  if (latest && latest.state.configHash !== hash) {
+    throw new ArpoError('BAD_CONFIG', `--resume: the ${kind}checkpoint was made with a different configuration (hash ${latest.state.configHash}, now ${hash})`);
+  }
+  return { ckpt, latest };
+}
+
 /** Reads and checks <dir>/trainer_state.json (and that the model directory is there). */
 export function readTrainerState(dir: string): TrainerState {
   const file = path.join(dir, 'trainer_state.json');

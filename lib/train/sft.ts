@@ -13,7 +13,7 @@ import type { Tokenizer } from '../model/tokenizer';
 import { microBatches } from './batch';
 import type { RunConfig } from './config';
 import { MetricsLog, Progress, type StepMetrics } from './metrics';
-import { CheckpointManager } from './checkpoint';
+import { openRunCheckpoints } from './checkpoint';
 import { eosTokenIds, loadPolicy, optimizerSettings } from './setup';
 import { configHash } from './trainer';
 
@@ -206,13 +206,7 @@ export async function sft(cfg: RunConfig, options: SftOptions): Promise<SftSumma
   const runDir = path.resolve(cfg.train.outDir);
   fs.mkdirSync(runDir, { recursive: true });
   const hash = configHash(cfg);
-  const ckpt = new CheckpointManager(runDir, 2, 'sft-checkpoints');
-  ckpt.cleanPartial();
-  const latest = options.resume ? ckpt.latest() : null;
-  if (options.resume && !latest) throw new ArpoError('BAD_CHECKPOINT', `--resume: no complete SFT checkpoint in ${ckpt.dir}`);
-  if (latest && latest.state.configHash !== hash) {
-    throw new ArpoError('BAD_CONFIG', `--resume: the SFT checkpoint was made with a different configuration (hash ${latest.state.configHash}, now ${hash})`);
-  }
+  const { ckpt, latest } = openRunCheckpoints(runDir, hash, options.resume === true, 'sft-checkpoints', 'SFT ');
   if (!options.resume) fs.rmSync(path.join(runDir, 'sft-metrics.jsonl'), { force: true });
   const tokenizerDir = cfg.model.tokenizer ?? cfg.model.path;
   const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : cfg.model.path, { ...cfg, model: { ...cfg.model, tokenizer: tokenizerDir } });

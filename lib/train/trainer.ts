@@ -30,7 +30,7 @@ import { rollout, type RolloutDeps, type RolloutResult } from '../rollout';
 import type { RewardFn } from '../reward';
 import { microBatches, rolloutStepMetrics, scoreAndAttribute, type ScoredTrajectory } from './batch';
 import { buildTrainTrees, recomputeTreeLogprobs, treeMicroBatches, treeTokenCounts } from './tree-batch';
-import { CheckpointManager } from './checkpoint';
+import { openRunCheckpoints } from './checkpoint';
 import type { RunConfig } from './config';
 import { MetricsLog, Progress, truncateJsonlAfter, type StepMetrics } from './metrics';
 import { writeReport } from './report';
@@ -147,13 +147,7 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
   const runDir = path.resolve(cfg.train.outDir);
   fs.mkdirSync(runDir, { recursive: true });
   const hash = configHash(cfg);
-  const ckpt = new CheckpointManager(runDir);
-  ckpt.cleanPartial();
-  const latest = options.resume ? ckpt.latest() : null;
-  if (options.resume && !latest) throw new ArpoError('BAD_CHECKPOINT', `--resume: no complete checkpoint in ${ckpt.dir}`);
-  if (latest && latest.state.configHash !== hash) {
-    throw new ArpoError('BAD_CONFIG', `--resume: the checkpoint was made with a different configuration (hash ${latest.state.configHash}, now ${hash})`);
-  }
+  const { ckpt, latest } = openRunCheckpoints(runDir, hash, options.resume === true);
   if (!options.resume && fs.existsSync(path.join(runDir, 'metrics.jsonl'))) fs.rmSync(path.join(runDir, 'metrics.jsonl'));
   if (!options.resume) fs.rmSync(path.join(runDir, 'rollout-trace.jsonl'), { force: true });
   fs.writeFileSync(path.join(runDir, 'config.json'), `${JSON.stringify(cfg, null, 2)}\n`);
