@@ -2,6 +2,7 @@
 #include "torch/dist.h"
 
 #include <cstdlib>
+#include <mutex>
 #include <stdexcept>
 
 #ifdef ARPO_WITH_GLOO
@@ -105,16 +106,51 @@ class GlooGroup : public Group {
   }
 
  private:
+  // Every collective is numbered; before starting one a rank records its number
+  // in the store (one round trip), so that when a collective fails the others
+  // can name the rank that never reached it (dead or hung) instead of a socket.
   template <class F>
   void run(const char* op, F&& start) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++seq_;
+    try {
+      store_->set(seq_key(config_.rank), bytes_of(std::to_string(seq_)));
+    } catch (const std::exception& e) {
+      throw rank_error(config_.rank, std::string(op) + " #" + std::to_string(seq_) + ": the store at " + where() +
+                                         " (hosted by rank 0) is unreachable; rank 0 died or the network failed: " + message(e));
+    }
     try {
       auto work = start();
       work->wait(config_.timeout);
     } catch (const std::exception& e) {
-      throw rank_error(config_.rank, std::string(op) + " failed (a peer died, hung for more than " +
-                                         std::to_string(config_.timeout.count()) + " ms, or disagrees on shapes): " + message(e));
+      throw rank_error(config_.rank, std::string(op) + " #" + std::to_string(seq_) + " failed" + laggards() + " (timeout " +
+                                         std::to_string(config_.timeout.count()) + " ms): " + message(e));
     }
   }
+  static std::string seq_key(int rank) { return "arpo/seq/" + std::to_string(rank); }
+  static std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+  std::string where() const { return config_.master_addr + ":" + std::to_string(config_.master_port); }
+  // ": rank 1 never reached it (last at #7), ..." from the store, or a guess when the store is gone too.
+  std::string laggards() {
+    std::string out;
+    try {
+      for (int q = 0; q < config_.world; ++q) {
+        if (q == config_.rank) continue;
+        int64_t at = 0;
+        if (store_->check({seq_key(q)})) {
+          const auto v = store_->get(seq_key(q));
+          at = std::stoll(std::string(v.begin(), v.end()));
+        }
+        if (at < seq_) out += (out.empty() ? "" : ", ") + std::string("rank ") + std::to_string(q) + " (last at #" + std::to_string(at) + ")";
+      }
+    } catch (const std::exception&) {
+      return ": the store (hosted by rank 0) is gone too, so rank 0 died or the network failed";
+    }
+    if (out.empty()) return ": every rank reached it, so a peer died or failed inside it";
+    return ": " + out + (out.find(',') == std::string::npos ? " never reached it: that rank died or hangs" : " never reached it: those ranks died or hang");
+  }
+  std::mutex mu_;
+  int64_t seq_ = 0;
   Config config_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;

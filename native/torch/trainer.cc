@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <unordered_map>
 
@@ -284,11 +285,67 @@ void AdamW::load_state(const NamedTensors& state) {
 
 namespace {
 
-// The end of a step, shared by both forms: metric means, the global gradient
+bool distributed(const dist::Group* g) { return g != nullptr && g->world() > 1; }
+
+// Elementwise sums over ranks of a few doubles (denominators, metric sums).
+void allreduce_doubles(dist::Group* g, std::vector<double>& v) {
+  if (!distributed(g) || v.empty()) return;
+  std::vector<at::Tensor> t{at::from_blob(v.data(), {static_cast<int64_t>(v.size())}, at::kDouble).clone()};
+  g->allreduce_sum(t);
+  std::memcpy(v.data(), t[0].data_ptr<double>(), v.size() * sizeof(double));
+}
+
+// Gradients summed over ranks. A parameter without a gradient anywhere stays
+// without one (AdamW leaves it alone, as in one process); one that has a
+// gradient on some rank gets zeros where it has none. Buckets of ~32 MiB of
+// flattened gradients, one allreduce each, in parameter order.
+void allreduce_grads(dist::Group* g, const NamedTensors& params) {
+  if (!distributed(g)) return;
+  std::vector<double> has(params.size());
+  for (size_t i = 0; i < params.size(); ++i) has[i] = params[i].second.grad().defined() ? 1 : 0;
+  allreduce_doubles(g, has);
+  constexpr int64_t kBucketBytes = int64_t{32} << 20;
+  std::vector<size_t> bucket;
+  int64_t bytes = 0;
+  auto flush = [&] {
+    if (bucket.empty()) return;
+    std::vector<at::Tensor> flat;
+    for (size_t i : bucket) flat.push_back(params[i].second.grad().reshape({-1}));
+    std::vector<at::Tensor> buf{at::cat(flat)};
+    g->allreduce_sum(buf);
+    int64_t off = 0;
+    for (size_t i : bucket) {
+      at::Tensor grad = params[i].second.grad();
+      grad.copy_(buf[0].narrow(0, off, grad.numel()).view(grad.sizes()));
+      off += grad.numel();
+    }
+    bucket.clear();
+    bytes = 0;
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (has[i] == 0) continue;
+    const at::Tensor& p = params[i].second;
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    if (!bucket.empty() && params[bucket[0]].second.scalar_type() != p.scalar_type()) flush();
+    bucket.push_back(i);
+    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    if (bytes >= kBucketBytes) flush();
+  }
+  flush();
+}
+
+// The end of a step, shared by both forms: the metric sums and gradients
+// summed over ranks (data parallel), metric means, the global gradient
 // norm (torch.nn.utils.clip_grad_norm_, L2 over all parameters), clipping,
 // AdamW at the scheduled lr (a non-finite norm skips the update, as verl
 // does), gradients cleared.
-void finish_step(Model& model, AdamW& optimizer, const OptimConfig& optim, TrainMetrics& m) {
+void finish_step(Model& model, AdamW& optimizer, const OptimConfig& optim, TrainMetrics& m, dist::Group* group) {
+  if (distributed(group)) {
+    std::vector<double> sums{m.loss, m.pg_loss, m.pg_clipfrac, m.pg_clipfrac_lower, m.ppo_kl, m.entropy, m.kl, m.tokens};
+    allreduce_doubles(group, sums);
+    m.loss = sums[0], m.pg_loss = sums[1], m.pg_clipfrac = sums[2], m.pg_clipfrac_lower = sums[3];
+    m.ppo_kl = sums[4], m.entropy = sums[5], m.kl = sums[6], m.tokens = sums[7];
+  }
   if (m.tokens > 0) {
     m.pg_clipfrac /= m.tokens;
     m.pg_clipfrac_lower /= m.tokens;
@@ -298,6 +355,7 @@ void finish_step(Model& model, AdamW& optimizer, const OptimConfig& optim, Train
   }
   const NamedTensors& params = model.named_tensors();
   at::NoGradGuard no_grad;
+  allreduce_grads(group, params);
   double sq = 0;
   for (const auto& [name, p] : params)
     if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
@@ -334,9 +392,9 @@ void accumulate(TrainMetrics& m, const kernels::PolicyLossResult& res) {
 
 TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroBatch>& batches,
                         kernels::PolicyLossConfig loss_config, LossMode mode, const OptimConfig& optim,
-                        const Model* reference, int32_t threads) {
+                        const Model* reference, int32_t threads, dist::Group* group) {
   const ModelConfig& c = model.config();
-  if (batches.empty()) throw ModelError("trainStep: expected at least one micro-batch");
+  if (batches.empty() && !distributed(group)) throw ModelError("trainStep: expected at least one micro-batch");
   const bool need_ref = mode == LossMode::Policy && loss_config.kl_coef != 0;
 
   // Pack and validate everything before any gradient is touched.
@@ -361,6 +419,9 @@ TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroB
     for (int64_t idx : packed.back().target_index) masked_tokens += mb.mask[idx];
     sequences += static_cast<double>(mb.lengths.size());
   }
+  std::vector<double> totals{masked_tokens, sequences};
+  allreduce_doubles(group, totals);  // data parallel: the global batch's denominators
+  masked_tokens = totals[0], sequences = totals[1];
   loss_config.denominator = denominator_for(loss_config, mode, masked_tokens, sequences);
 
   const NamedTensors& params = model.named_tensors();
@@ -399,15 +460,15 @@ TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroB
     accumulate(m, res);
   }
 
-  finish_step(model, optimizer, optim, m);
+  finish_step(model, optimizer, optim, m, group);
   return m;
 }
 
 TrainMetrics train_tree_step(Model& model, AdamW& optimizer, const std::vector<TreeMicroBatch>& batches,
                              kernels::PolicyLossConfig loss_config, const OptimConfig& optim, const Model* reference,
-                             int32_t threads, int64_t chunk_rows) {
+                             int32_t threads, int64_t chunk_rows, dist::Group* group) {
   const ModelConfig& c = model.config();
-  if (batches.empty()) throw ModelError("trainTreeStep: expected at least one micro-batch");
+  if (batches.empty() && !distributed(group)) throw ModelError("trainTreeStep: expected at least one micro-batch");
   const bool need_ref = loss_config.kl_coef != 0;
 
   // Pack and validate everything before any gradient is touched.
@@ -444,6 +505,9 @@ TrainMetrics train_tree_step(Model& model, AdamW& optimizer, const std::vector<T
     }
     sequences += static_cast<double>(mb.sequences);
   }
+  std::vector<double> totals{masked_tokens, sequences};
+  allreduce_doubles(group, totals);  // data parallel: the global batch's denominators
+  masked_tokens = totals[0], sequences = totals[1];
   loss_config.denominator = denominator_for(loss_config, LossMode::Policy, masked_tokens, sequences);
 
   const NamedTensors& params = model.named_tensors();
@@ -493,8 +557,18 @@ TrainMetrics train_tree_step(Model& model, AdamW& optimizer, const std::vector<T
     accumulate(m, res);
   }
 
-  finish_step(model, optimizer, optim, m);
+  finish_step(model, optimizer, optim, m, group);
   return m;
+}
+
+void broadcast_parameters(Model& model, dist::Group& group, int root) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> tensors;
+  for (const auto& [name, p] : model.named_tensors()) {
+    if (!p.is_contiguous()) throw ModelError("broadcast_parameters: parameter " + name + " is not contiguous");
+    tensors.push_back(p);
+  }
+  group.broadcast(tensors, root);
 }
 
 }  // namespace model

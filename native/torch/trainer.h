@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "torch/dist.h"
 #include "torch/engine.h"
 #include "torch/model.h"
 #include "torch/tree.h"
@@ -135,9 +136,19 @@ at::Tensor chunked_head_loss(const at::Tensor& x, const at::Tensor& W, const Hea
 // config.denominator is set), gradient clipping to max_grad_norm, AdamW at
 // scheduled_lr(optimizer.steps()). `reference` (may be null) supplies
 // ref_logprobs when kl_coef != 0 and a micro-batch does not carry them.
+//
+// Data parallel (`group` with more than one rank, issue 16): each rank passes
+// its own micro-batches (possibly none; unequal token counts are the normal
+// case) and every rank must call it the same number of times. The
+// denominators are the sums over ranks, so each rank's loss is its share of
+// the global loss; after backward the gradients are summed over ranks (one
+// flat buffer per ~32 MiB bucket, after the whole backward: no overlap), then
+// the norm, clipping and AdamW run identically everywhere, and the metrics are
+// those of the global batch. Equals one process training on every rank's
+// micro-batches (native/test/torch/dist_train_test.cc).
 TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroBatch>& batches,
                         kernels::PolicyLossConfig loss_config, LossMode mode, const OptimConfig& optim,
-                        const Model* reference, int32_t threads);
+                        const Model* reference, int32_t threads, dist::Group* group = nullptr);
 
 // train_step on packed trees: per micro-batch one forward of the forest
 // (ancestor attention), the LM head and copies loss over the rows of its
@@ -145,10 +156,14 @@ TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroB
 // clipping and AdamW. Denominators are the step's: token-mean sum(count) over
 // every micro-batch, seq-mean-* the sum of `sequences`. Equals train_step on
 // the flattened trajectories (tests: native/test/torch/tree_test.cc).
-// `chunk_rows` as for chunked_head_loss.
+// `chunk_rows` as for chunked_head_loss; `group` as for train_step.
 TrainMetrics train_tree_step(Model& model, AdamW& optimizer, const std::vector<TreeMicroBatch>& batches,
                              kernels::PolicyLossConfig loss_config, const OptimConfig& optim, const Model* reference,
-                             int32_t threads, int64_t chunk_rows = 0);
+                             int32_t threads, int64_t chunk_rows = 0, dist::Group* group = nullptr);
+
+// Data parallel: every parameter
+// becomes rank `root`'s, so all ranks start from the same weights.
+void broadcast_parameters(Model& model, dist::Group& group, int root);
 
 }  // namespace model
 }  // namespace arpo

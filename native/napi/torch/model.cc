@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "napi/torch/group.h"
 #include "torch/engine.h"
 #include "torch/fork_guard.h"
 #include "torch/model.h"
@@ -35,6 +36,7 @@ struct ModelState {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<model::AdamW> optimizer;  // created by the first trainStep or loadOptimizer
   std::unique_ptr<Model> reference;         // frozen copy for the KL term
+  std::shared_ptr<dist::Group> group;       // data parallel: train steps sum over its ranks (null: one process)
   int32_t threads = 0;
 };
 
@@ -258,6 +260,8 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
                            InstanceMethod("forwardTreeLogits", &NativeModel::ForwardTreeLogits),
                            InstanceMethod("trainTreeStep", &NativeModel::TrainTreeStep),
                            InstanceMethod("snapshotReference", &NativeModel::SnapshotReference),
+                           InstanceMethod("setGroup", &NativeModel::SetGroup),
+                           InstanceMethod("broadcastParameters", &NativeModel::BroadcastParameters),
                            InstanceMethod("cacheStats", &NativeModel::CacheStats),
                            InstanceMethod("setThreads", &NativeModel::SetThreads),
                            InstanceMethod("setBatchInvariant", &NativeModel::SetBatchInvariant),
@@ -559,7 +563,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
         env,
         [batches = std::move(batches), loss, optim, mode, m](ModelState& s) {
           prepare_step(s, mode == model::LossMode::Policy && loss.kl_coef != 0);
-          *m = model::train_step(*s.model, *s.optimizer, batches, loss, mode, optim, s.reference.get(), s.threads);
+          *m = model::train_step(*s.model, *s.optimizer, batches, loss, mode, optim, s.reference.get(), s.threads, s.group.get());
         },
         [m](Napi::Env e) { return metrics_object(e, *m); });
   }
@@ -598,7 +602,8 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
         env,
         [batches = std::move(batches), loss, optim, chunk_rows, m](ModelState& s) {
           prepare_step(s, loss.kl_coef != 0);
-          *m = model::train_tree_step(*s.model, *s.optimizer, batches, loss, optim, s.reference.get(), s.threads, chunk_rows);
+          *m = model::train_tree_step(*s.model, *s.optimizer, batches, loss, optim, s.reference.get(), s.threads, chunk_rows,
+                                      s.group.get());
         },
         [m](Napi::Env e) { return metrics_object(e, *m); });
   }
@@ -607,6 +612,28 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
   Napi::Value SnapshotReference(const Napi::CallbackInfo& info) {
     return queue(info.Env(), [](ModelState& s) {
       s.reference = std::make_unique<Model>(s.model->clone(s.model->dtype()));
+    });
+  }
+
+  // setGroup(group | null): train steps become data-parallel over the group's ranks (or one process again).
+  Napi::Value SetGroup(const Napi::CallbackInfo& info) {
+    std::shared_ptr<dist::Group> g = info[0].IsNull() || info[0].IsUndefined() ? nullptr : unwrap_group(info[0]);
+    if (info[0].IsObject() && !g) type_error(info.Env(), "setGroup: the process group is not initialised (or was closed)");
+    sync(info.Env(), [g](ModelState& s) {
+      s.group = g;
+      return 0;
+    });
+    return info.Env().Undefined();
+  }
+
+  // broadcastParameters(root): every rank's weights (and frozen reference, if made) become rank root's.
+  Napi::Value BroadcastParameters(const Napi::CallbackInfo& info) {
+    if (!info[0].IsNumber()) type_error(info.Env(), "broadcastParameters(root) expects a rank");
+    const int root = info[0].As<Napi::Number>().Int32Value();
+    return queue(info.Env(), [root](ModelState& s) {
+      if (!s.group) throw std::runtime_error("broadcastParameters: no process group (setGroup first)");
+      model::broadcast_parameters(*s.model, *s.group, root);
+      if (s.reference) model::broadcast_parameters(*s.reference, *s.group, root);
     });
   }
 
@@ -669,6 +696,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
       state_->engine.reset();
       state_->optimizer.reset();
       state_->reference.reset();
+      state_->group.reset();
       state_->model.reset();
     }
     return info.Env().Undefined();
@@ -680,6 +708,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
 void InitTorch(Napi::Env env, Napi::Object exports) {
   model::install_fork_guard();
   exports.Set("NativeModel", NativeModel::Define(env));
+  InitDist(env, exports);
 }
 
 }  // namespace napi

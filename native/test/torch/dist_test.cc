@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -117,6 +118,39 @@ int main() {
       CHECK(contains(errors[r], "rank " + std::to_string(r) + ": allreduce: tensor 0 must be a defined, contiguous CPU tensor"));
       CHECK(contains(errors[r], "broadcast: root 5 is outside a world of 2"));
     }
+  }
+
+  // A rank that hangs after one collective: the other's next one fails within
+  // its timeout and names the rank that never reached it (from the store).
+  {
+    const int p = free_port();
+    std::string e0;
+    double s0 = 0;
+    std::atomic<bool> done0{false};
+    auto rank_main = [&](int r) {
+      try {
+        // 4 s: long enough for the group to form on a loaded machine.
+        auto g = Group::create(Config{r, 2, "127.0.0.1", p, std::chrono::milliseconds(4000)});
+        auto t = rank_tensors(r);
+        g->allreduce_sum(t);
+        if (r == 1) {
+          while (!done0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // hangs past rank 0's timeout
+          return;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        e0 = error_of([&] { g->allreduce_sum(t); });
+        s0 = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      } catch (const std::exception& e) {
+        if (r == 0) e0 = std::string("FAILED ") + e.what();
+      }
+      if (r == 0) done0 = true;
+    };
+    std::thread t0(rank_main, 0), t1(rank_main, 1);
+    t0.join();
+    t1.join();
+    CHECK(contains(e0, "rank 0: allreduce #4 failed: rank 1 (last at #3) never reached it: that rank died or hangs"));
+    CHECK(s0 >= 3.5 && s0 < 20.0);
+    std::printf("a hung rank: %s (%.1f s)\n", e0.c_str(), s0);
   }
 
   // A rank that never joins: the other fails within its timeout, naming itself and the rendezvous.
