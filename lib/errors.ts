@@ -13,7 +13,8 @@ export type ArpoErrorCode =
   | 'TOOL_TIMEOUT'
   | 'TOOL_FAILED'
   | 'SANDBOX_UNAVAILABLE'
-  | 'UNKNOWN_NAME';
+  | 'UNKNOWN_NAME'
+  | 'DIST_FAILED';
 
 export class ArpoError extends Error {
   readonly code: ArpoErrorCode;

@@ -16,7 +16,12 @@ export function withConfigOptions(cmd: Command): Command {
     .addHelpText('after', `\nOptions of the run configuration (path, default, meaning):\n${describeOptions()}\n`);
 }
 
-export function buildProgram(): Command {
+/** `--nproc N`: a number of local ranks. */
+function nprocOption(): Option {
+  return new Option('--nproc <n>', 'start n data-parallel ranks on this machine (as torchrun would) and forward their output with a rank prefix').argParser((v) => Number.parseInt(v, 10));
+}
+
+export function buildProgram(argv: readonly string[] = process.argv): Command {
   const program = new Command('arpo')
     .description('Train tool-using LLM agents with ARPO (Agentic Reinforced Policy Optimization)')
     .showHelpAfterError()
@@ -33,7 +38,9 @@ export function buildProgram(): Command {
     program.command('train').description('RL training (ARPO, GRPO, DAPO-style or REINFORCE++) as configured'),
   )
     .option('--resume', 'continue from the run directory\'s latest checkpoint')
-    .action(async (opts: { config?: string; set: string[]; resume?: boolean }) => {
+    .addOption(nprocOption())
+    .action(async (opts: { config?: string; set: string[]; resume?: boolean; nproc?: number }) => {
+      if (opts.nproc !== undefined) return relaunch(opts.nproc, argv);
       const { train } = require('../train/trainer') as typeof import('../train/trainer');
       const cfg = loadConfig(opts.config ?? null, opts.set);
       const summary = await train(cfg, { resume: opts.resume === true });
@@ -45,7 +52,9 @@ export function buildProgram(): Command {
   )
     .requiredOption('-o, --out <dir>', 'where to save the fine-tuned model (HF directory)')
     .option('--resume', 'continue from the newest checkpoint in <train.outDir>/sft-checkpoints')
-    .action(async (opts: { config?: string; set: string[]; out: string; resume?: boolean }) => {
+    .addOption(nprocOption())
+    .action(async (opts: { config?: string; set: string[]; out: string; resume?: boolean; nproc?: number }) => {
+      if (opts.nproc !== undefined) return relaunch(opts.nproc, argv);
       const { sft } = require('../train/sft') as typeof import('../train/sft');
       const cfg = loadConfig(opts.config ?? null, opts.set);
       const s = await sft(cfg, { out: opts.out, resume: opts.resume === true });
@@ -94,9 +103,16 @@ export function buildProgram(): Command {
   return program;
 }
 
+/** `arpo <command> ... --nproc N`: the same command as N local ranks; a failed rank sets the exit code. */
+async function relaunch(nproc: number, argv: readonly string[]): Promise<void> {
+  const { launchLocalRanks, withoutNproc } = require('../train/launch') as typeof import('../train/launch');
+  const code = await launchLocalRanks(nproc, withoutNproc(argv.slice(2)));
+  if (code !== 0) process.exitCode = code;
+}
+
 /** Entry point used by bin/arpo.js; resolves to the process exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
-  const program = buildProgram();
+  const program = buildProgram(argv);
   try {
     await program.parseAsync([...argv]);
   } catch (e) {
@@ -106,5 +122,5 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     throw e;
   }
-  return 0;
+  return typeof process.exitCode === 'number' ? process.exitCode : 0;
 }

@@ -7,7 +7,7 @@ import { ArpoError, describeType, describeValue } from '../errors';
 
 export const MODEL_TYPES = ['qwen2', 'qwen3', 'llama'] as const;
 export type ModelType = (typeof MODEL_TYPES)[number];
-export const TORCH_DTYPES = ['float32', 'bfloat16', 'float16'] as const;
+export const TORCH_DTYPES = ['float32', 'bfloat16', 'float16', 'float64'] as const;
 export type TorchDType = (typeof TORCH_DTYPES)[number];
 
 /** RoPE frequency scaling (HF `rope_scaling`): none, linear (positions / factor) or llama3 (frequency-dependent). */

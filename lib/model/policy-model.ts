@@ -6,7 +6,7 @@ import * as path from 'path';
 import { ArpoError, invalidArgument } from '../errors';
 import { loadNative } from '../native/loader';
 import { policyLossConfig, type PolicyLossKernelSettings } from '../native/kernels';
-import type { NativeModelAddon, NativeModelInstance, RawMicroBatch, RawModelConfig, RawOptimConfig, RawTrainMetrics, RawTreeMicroBatch } from '../native/types';
+import type { NativeGroupInstance, NativeModelAddon, NativeModelInstance, RawMicroBatch, RawModelConfig, RawOptimConfig, RawTrainMetrics, RawTreeMicroBatch } from '../native/types';
 import { checkInteger, checkNumber, checkOptions, toSeed } from '../native/validate';
 import { parseModelConfig, readModelConfig, writeCheckpointDir, type ModelConfig } from './checkpoint';
 import type { DecodeResult, GenerationEngine, SamplingOptions } from './types';
@@ -36,8 +36,8 @@ export interface PolicyModelOptions {
 }
 
 export interface SaveOptions {
-  /** Weight dtype on disk (default: float32, or bfloat16 for a bfloat16 model). */
-  dtype?: 'float32' | 'bfloat16';
+  /** Weight dtype on disk (default: the model's: float32, bfloat16, or float64 so that a float64 run resumes exactly). */
+  dtype?: 'float32' | 'bfloat16' | 'float64';
   /** Also write optimizer.safetensors (AdamW moments + step) for exact resume (default true once trained). */
   optimizer?: boolean;
   /** Directory whose tokenizer files are copied along. */
@@ -250,6 +250,7 @@ export class PolicyModel implements GenerationEngine {
   private readonly rawConfig: Record<string, unknown>;
   private native: NativeModelInstance | undefined;
   private tail: Promise<unknown> = Promise.resolve();
+  private distributed = false;
   private readonly livePaths = new Set<number>();
 
   private constructor(config: ModelConfig, rawConfig: Record<string, unknown>, native: NativeModelInstance, dtype: ComputeDType) {
@@ -317,8 +318,8 @@ export class PolicyModel implements GenerationEngine {
     if (typeof dir !== 'string' || dir === '') throw invalidArgument('a checkpoint directory path', 'dir', dir);
     const o = checkOptions(options, 'options');
     checkOptionsKeys(o, 'options', ['dtype', 'optimizer', 'tokenizerDir', 'extraFiles']);
-    const dtype = o.dtype ?? (this.dtype === 'bfloat16' ? 'bfloat16' : 'float32');
-    if (dtype !== 'float32' && dtype !== 'bfloat16') throw invalidArgument('float32 or bfloat16', 'options.dtype', dtype);
+    const dtype = o.dtype ?? this.dtype;
+    if (dtype !== 'float32' && dtype !== 'bfloat16' && dtype !== 'float64') throw invalidArgument('float32, bfloat16 or float64', 'options.dtype', dtype);
     const withOptimizer = o.optimizer ?? this.info().optimizerSteps > 0;
     await this.enqueue('save', async (n) => {
       await writeCheckpointDir(dir, {
@@ -463,7 +464,7 @@ export class PolicyModel implements GenerationEngine {
    * denominator is the whole batch's, so the micro-batches add up to it).
    */
   async trainStep(microBatches: ReadonlyArray<readonly TrainSequence[]>, options?: TrainStepOptions): Promise<TrainMetrics> {
-    if (!Array.isArray(microBatches) || microBatches.length === 0) throw invalidArgument('a non-empty array of micro-batches', 'microBatches', microBatches);
+    if (!Array.isArray(microBatches) || (microBatches.length === 0 && !this.distributed)) throw invalidArgument('a non-empty array of micro-batches', 'microBatches', microBatches);
     const o = checkOptions(options, 'options');
     checkOptionsKeys(o, 'options', ['mode', 'loss', 'optimizer']);
     const mode = o.mode ?? 'policy';
@@ -506,7 +507,7 @@ export class PolicyModel implements GenerationEngine {
    * whole step's (token-mean: Σ count; seq-mean-*: Σ sequences).
    */
   async trainTreeStep(batches: readonly TrainTreeBatch[], options?: TrainTreeStepOptions): Promise<TrainMetrics> {
-    if (!Array.isArray(batches) || batches.length === 0) throw invalidArgument('a non-empty array of tree micro-batches', 'batches', batches);
+    if (!Array.isArray(batches) || (batches.length === 0 && !this.distributed)) throw invalidArgument('a non-empty array of tree micro-batches', 'batches', batches);
     const o = checkOptions(options, 'options');
     checkOptionsKeys(o, 'options', ['loss', 'optimizer', 'chunkRows']);
     const loss = policyLossConfig(o.loss);
@@ -519,6 +520,29 @@ export class PolicyModel implements GenerationEngine {
   /** The frozen KL reference becomes a copy of the current weights (made automatically at the first KL step otherwise). */
   async snapshotReference(): Promise<void> {
     await this.enqueue('snapshotReference', (n) => n.snapshotReference());
+  }
+
+  /** The frozen KL reference becomes the weights of an HF checkpoint directory (a resumed run's initial policy). */
+  async loadReference(dir: string): Promise<void> {
+    if (typeof dir !== 'string' || dir === '') throw invalidArgument('a checkpoint directory path', 'dir', dir);
+    await this.enqueue('loadReference', (n) => n.loadReference(dir));
+  }
+
+  /**
+   * Data parallel (lib/train/dist.ts): with a group of more than one rank,
+   * trainStep / trainTreeStep take this rank's share of the step (possibly no
+   * micro-batch at all) and every rank must call them the same number of
+   * times; denominators, metrics and gradients are the global batch's.
+   * null: one process again.
+   */
+  setProcessGroup(group: { readonly world: number; readonly native: NativeGroupInstance } | null): void {
+    this.sync('setProcessGroup', (n) => n.setGroup(group ? group.native : null));
+    this.distributed = group !== null && group.world > 1;
+  }
+
+  /** Every rank's weights become rank `root`'s (after setProcessGroup). */
+  async broadcastParameters(root = 0): Promise<void> {
+    await this.enqueue('broadcastParameters', (n) => n.broadcastParameters(root));
   }
 
   cacheStats(): CacheStats {

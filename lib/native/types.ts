@@ -254,6 +254,12 @@ export interface NativeModelInstance {
   /** chunkRows: LM-head rows per chunk (0: ~64 MiB of logits). */
   trainTreeStep(batches: RawTreeMicroBatch[], loss: RawPolicyLossConfig, optim: RawOptimConfig, chunkRows: number): Promise<RawTrainMetrics>;
   snapshotReference(): Promise<void>;
+  /** The frozen reference from a checkpoint directory's weights. */
+  loadReference(dir: string): Promise<void>;
+  /** Data parallel: train steps sum over the group's ranks (null: one process). */
+  setGroup(group: NativeGroupInstance | null): void;
+  /** Every rank's weights (and frozen reference) become rank `root`'s. */
+  broadcastParameters(root: number): Promise<void>;
   cacheStats(): RawCacheStats;
   setThreads(threads: number): void;
   setBatchInvariant(on: boolean): void;
@@ -263,7 +269,20 @@ export interface NativeModelInstance {
 export interface NativeModelConstructor {
   new (config: RawModelConfig, options: RawModelOptions): NativeModelInstance;
 }
+/** A c10d process group (native/napi/torch/dist.cc); wrapped by lib/train/dist.ts. */
+export interface NativeGroupInstance {
+  init(config: { rank: number; world: number; masterAddr: string; masterPort: number; timeoutMs: number }): Promise<void>;
+  allreduceSum(values: Float64Array): Promise<Float64Array>;
+  broadcast(values: Float64Array, root: number): Promise<Float64Array>;
+  barrier(): Promise<void>;
+  rank(): number;
+  world(): number;
+  close(): void;
+}
 /** The model part of the addon (absent in the kernels-only build). */
 export interface NativeModelAddon {
   readonly NativeModel?: NativeModelConstructor;
+  readonly NativeGroup?: new () => NativeGroupInstance;
+  /** Built with c10d's Gloo backend (libgloo-dev): worlds of more than one rank work. */
+  readonly hasGloo?: boolean;
 }

@@ -3,7 +3,7 @@
 export { RolloutTree, packTrees } from './tree';
 export type { NodeKind, RolloutNode, RolloutLeaf, Trajectory, PackedTrees, ToolCallInfo, RolloutTreeJSON, RolloutNodeJSON } from './tree';
 export { rollout } from './scheduler';
-export type { RolloutDeps, RolloutResult } from './scheduler';
+export type { RolloutDeps, RolloutOptions, RolloutResult } from './scheduler';
 export { DEFAULT_ROLLOUT_SETTINGS, resolveRolloutSettings } from './settings';
 export type { RolloutSettings, BranchRule, EntropyEstimate, RolloutMode } from './settings';
 export { branchProbability, branchFires, decisionUniform, pathStream, topKEntropy, mix64, EntropyWindow } from './branching';

@@ -50,6 +50,8 @@ export function emptyMetrics(mode: 'arpo' | 'trajectory'): MetricsAccumulator {
     toolCalls,
     entropyBeforeTool: {},
     entropyAfterTool: {},
+    entropyBeforeToolCount: {},
+    entropyAfterToolCount: {},
     toolResultsDropped: 0,
     engineCalls: 0,
     modelMs: 0,
@@ -77,6 +79,12 @@ export function emptyMetrics(mode: 'arpo' | 'trajectory'): MetricsAccumulator {
       else into.set(tag, [value]);
     },
   };
+}
+
+function counts(m: EntropyMeans): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const tag of [...m.keys()].sort()) out[tag] = m.get(tag)!.length;
+  return out;
 }
 
 function means(m: EntropyMeans): Record<string, number> {
@@ -132,6 +140,8 @@ export function finalizeMetrics(acc: MetricsAccumulator, trees: readonly Rollout
     toolCalls,
     entropyBeforeTool: means(acc.entropyBefore),
     entropyAfterTool: means(acc.entropyAfter),
+    entropyBeforeToolCount: counts(acc.entropyBefore),
+    entropyAfterToolCount: counts(acc.entropyAfter),
     toolResultsDropped: acc.toolResultsDropped,
     engineCalls: acc.engineCalls,
     modelMs: acc.modelMs,
@@ -141,5 +151,74 @@ export function finalizeMetrics(acc: MetricsAccumulator, trees: readonly Rollout
     engineRows: acc.engineRows,
     slotMs: { ...acc.slotMs },
     toolWaitMs: acc.toolWaitMs,
+  };
+}
+
+/**
+ * The metrics of several rollouts of one step taken together (the ranks of a
+ * data-parallel run, in rank order): counts add up, means are re-weighted by
+ * what they average (branch ΔH by branch events, entropy windows by their
+ * counts), the wall time is the slowest rank's and the widest call the widest.
+ * One part is returned as it is.
+ */
+export function mergeRolloutMetrics(parts: readonly RolloutMetrics[]): RolloutMetrics {
+  if (parts.length === 0) throw new Error('mergeRolloutMetrics: no parts');
+  if (parts.length === 1) return parts[0]!;
+  const sum = (f: (m: RolloutMetrics) => number): number => parts.reduce((a, m) => a + f(m), 0);
+  const addRecords = (f: (m: RolloutMetrics) => Record<string, number>): Record<string, number> => {
+    const out: Record<string, number> = {};
+    for (const m of parts) for (const [k, v] of Object.entries(f(m))) out[k] = (out[k] ?? 0) + v;
+    return out;
+  };
+  const weighted = (mean: (m: RolloutMetrics) => Record<string, number>, count: (m: RolloutMetrics) => Record<string, number>): Record<string, number> => {
+    const n = addRecords(count);
+    const out: Record<string, number> = {};
+    for (const tag of Object.keys(n).sort()) {
+      if (n[tag]! === 0) continue;
+      out[tag] = parts.reduce((a, m) => a + (mean(m)[tag] ?? 0) * (count(m)[tag] ?? 0), 0) / n[tag]!;
+    }
+    return out;
+  };
+  const toolCalls: Record<string, ToolCallCounts> = {};
+  for (const m of parts) {
+    for (const [tag, c] of Object.entries(m.toolCalls)) {
+      const t = (toolCalls[tag] ??= { executed: 0, cached: 0, failed: 0, inherited: 0, overLimit: 0 });
+      for (const k of Object.keys(t) as (keyof ToolCallCounts)[]) t[k] += c[k];
+    }
+  }
+  const slotMs = emptySlotTime();
+  for (const m of parts) for (const k of Object.keys(slotMs) as (keyof typeof slotMs)[]) slotMs[k] += m.slotMs[k];
+  const branchEvents = sum((m) => m.branchEvents);
+  return {
+    mode: parts[0]!.mode,
+    prompts: sum((m) => m.prompts),
+    trajectories: sum((m) => m.trajectories),
+    tokensGenerated: sum((m) => m.tokensGenerated),
+    tokensComputed: sum((m) => m.tokensComputed),
+    leafTokensTotal: sum((m) => m.leafTokensTotal),
+    leafTokensUnique: sum((m) => m.leafTokensUnique),
+    finishReasons: addRecords((m) => m.finishReasons) as Record<FinishReason, number>,
+    paths: addRecords((m) => m.paths) as RolloutMetrics['paths'],
+    decisions: sum((m) => m.decisions),
+    decisionsFired: sum((m) => m.decisionsFired),
+    branchEvents,
+    branches: sum((m) => m.branches),
+    branchEventsByTool: addRecords((m) => m.branchEventsByTool),
+    branchEventsByDepth: addRecords((m) => m.branchEventsByDepth),
+    branchDeltaEntropy: branchEvents > 0 ? sum((m) => m.branchDeltaEntropy * m.branchEvents) / branchEvents : 0,
+    toolCalls: Object.fromEntries(Object.keys(toolCalls).sort().map((k) => [k, toolCalls[k]!])),
+    entropyBeforeTool: weighted((m) => m.entropyBeforeTool, (m) => m.entropyBeforeToolCount),
+    entropyAfterTool: weighted((m) => m.entropyAfterTool, (m) => m.entropyAfterToolCount),
+    entropyBeforeToolCount: addRecords((m) => m.entropyBeforeToolCount),
+    entropyAfterToolCount: addRecords((m) => m.entropyAfterToolCount),
+    toolResultsDropped: sum((m) => m.toolResultsDropped),
+    engineCalls: sum((m) => m.engineCalls),
+    modelMs: sum((m) => m.modelMs),
+    toolMs: sum((m) => m.toolMs),
+    wallMs: Math.max(...parts.map((m) => m.wallMs)),
+    maxBatchPaths: Math.max(...parts.map((m) => m.maxBatchPaths)),
+    engineRows: sum((m) => m.engineRows),
+    slotMs,
+    toolWaitMs: sum((m) => m.toolWaitMs),
   };
 }

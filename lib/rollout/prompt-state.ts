@@ -55,7 +55,7 @@ export class PathState {
     readonly origin: PathOrigin,
     start: { node: number; toolCalls: number; responseTokens: number; initialEntropy?: number; k: number },
   ) {
-    this.stream = pathStream(prompt.index, order);
+    this.stream = pathStream(prompt.streamKey, order);
     this.node = start.node;
     this.toolCalls = start.toolCalls;
     this.requestsFormed = start.toolCalls;
@@ -91,6 +91,8 @@ export class PromptState {
     readonly promptTokens: Int32Array,
     vocabSize: number,
     readonly settings: RolloutSettings,
+    /** Keys the prompt's random streams (sampling, branch decisions): its index in the global batch, so a data-parallel rank samples the same tree as one process. */
+    readonly streamKey: number = index,
   ) {
     this.tree = new RolloutTree(index, promptTokens, vocabSize);
   }

@@ -66,8 +66,18 @@ export async function rollout(
   prompts: readonly ArrayLike<number>[],
   seed: bigint | number,
   settings: Partial<RolloutSettings> = {},
+  options: RolloutOptions = {},
 ): Promise<RolloutResult> {
-  return new RolloutRun(deps, prompts, seed, resolveRolloutSettings(settings)).run();
+  return new RolloutRun(deps, prompts, seed, resolveRolloutSettings(settings), options).run();
+}
+
+export interface RolloutOptions {
+  /**
+   * Per prompt, the key of its random streams (default: its index here). A
+   * data-parallel rank passes the prompts' indices in the global batch, so
+   * each tree is the one a single process would sample.
+   */
+  streamKeys?: readonly number[];
 }
 
 class RolloutRun {
@@ -93,6 +103,7 @@ class RolloutRun {
     promptsIn: readonly ArrayLike<number>[],
     seed: bigint | number,
     private readonly s: RolloutSettings,
+    options: RolloutOptions = {},
   ) {
     if (!deps || typeof deps !== 'object') throw invalidArgument('a dependencies object', 'deps', deps);
     this.engine = deps.engine;
@@ -108,6 +119,14 @@ class RolloutRun {
     this.stops = [...this.protocol.stopStrings, this.answerClose];
     this.seed = seedToU64(seed);
     if (!Array.isArray(promptsIn) || promptsIn.length === 0) throw invalidArgument('a non-empty array of prompts', 'prompts', promptsIn);
+    const keys = options.streamKeys;
+    if (keys !== undefined) {
+      if (!Array.isArray(keys) || keys.length !== promptsIn.length) throw invalidArgument(`an array of ${promptsIn.length} stream keys`, 'options.streamKeys', keys);
+      keys.forEach((k, i) => {
+        if (!Number.isInteger(k) || k < 0 || k >= 2 ** 31) throw invalidArgument('a prompt index in [0, 2^31)', `options.streamKeys[${i}]`, k);
+      });
+      if (new Set(keys).size !== keys.length) throw invalidArgument('distinct stream keys', 'options.streamKeys', keys);
+    }
     this.prompts = promptsIn.map((p, i) => {
       if (p === null || typeof p !== 'object' || typeof p.length !== 'number' || p.length === 0) {
         throw invalidArgument('a non-empty array of token ids', `prompts[${i}]`, p);
@@ -116,7 +135,7 @@ class RolloutRun {
         const t = p[j] as number;
         if (!Number.isInteger(t) || t < 0 || t >= this.engine.vocabSize) throw invalidArgument(`a token id in [0, ${this.engine.vocabSize})`, `prompts[${i}][${j}]`, t);
       }
-      return new PromptState(i, Int32Array.from(p), this.engine.vocabSize, s);
+      return new PromptState(i, Int32Array.from(p), this.engine.vocabSize, s, keys ? keys[i] : i);
     });
     this.m = emptyMetrics(s.mode);
     this.trace = s.trace ? { engineCalls: [], toolCalls: [] } : undefined;
@@ -166,7 +185,7 @@ class RolloutRun {
   /** Prefill the prompt minus its last token once; every global sample forks it and feeds the last token. */
   private startPrompt(p: PromptState): void {
     if (p.promptTokens.length > 1) {
-      p.rootEngineId = this.engine.newPath(pathStream(p.index, PREFILL_STREAM_ORDER));
+      p.rootEngineId = this.engine.newPath(pathStream(p.streamKey, PREFILL_STREAM_ORDER));
       p.rootInput = p.promptTokens.subarray(0, p.promptTokens.length - 1);
     } else {
       p.rootReady = true;
@@ -445,7 +464,7 @@ class RolloutRun {
     if (this.s.mode !== 'arpo') return;
     const delta = post.window.mean - path.initialEntropy;
     const probability = branchProbability(this.s.branchProbability, this.s.entropyWeight, delta);
-    const uniform = this.s.branchRule === 'bernoulli' ? decisionUniform(this.seed, path.prompt.index, path.order, post.round) : NaN;
+    const uniform = this.s.branchRule === 'bernoulli' ? decisionUniform(this.seed, path.prompt.streamKey, path.order, post.round) : NaN;
     const fired = branchFires(this.s.branchRule, probability, this.s.branchThreshold, uniform);
     const decision: BranchDecision = {
       prompt: path.prompt.index,

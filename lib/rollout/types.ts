@@ -123,6 +123,9 @@ export interface RolloutMetrics {
   /** Mean normalised entropy of the k tokens before each tool call and after each result, per tag. */
   entropyBeforeTool: Record<string, number>;
   entropyAfterTool: Record<string, number>;
+  /** How many windows each of those means averages (so that ranks' means combine exactly). */
+  entropyBeforeToolCount: Record<string, number>;
+  entropyAfterToolCount: Record<string, number>;
   /** Results that did not fit into the response budget (path ended with `length`). */
   toolResultsDropped: number;
   /** Engine calls and their wall time; summed tool-call time (overlapping calls add up) and the step's wall time. */

@@ -7,6 +7,7 @@ import { treeAdvantages, type Attribution } from '../algo';
 import type { TrainSequence } from '../model/policy-model';
 import type { Tokenizer } from '../model/tokenizer';
 import { packTrees, type RolloutResult, type Trajectory } from '../rollout';
+import type { RolloutMetrics } from '../rollout/types';
 import type { RewardFn, RewardResult } from '../reward';
 import type { StepMetrics } from './metrics';
 import { scoreResponse } from './setup';
@@ -158,16 +159,40 @@ function meanOfRecord(r: Record<string, number>): number {
   return mean(v);
 }
 
+/** What the step metrics read of a scored trajectory (small enough to gather from every rank). */
+export interface ItemSummary {
+  score: number;
+  accuracy: number;
+  formatOk: boolean;
+  /** Loss-mask tokens of its response. */
+  responseTokens: number;
+  toolTags: string[];
+}
+
+export function summarizeItems(items: readonly ScoredTrajectory[]): ItemSummary[] {
+  return items.map((i) => ({
+    score: i.reward.score,
+    accuracy: i.reward.accuracy,
+    formatOk: i.reward.formatOk,
+    responseTokens: i.trajectory.lossMask.reduce((a, b) => a + b, 0),
+    toolTags: [...i.trajectory.toolTags],
+  }));
+}
+
 /** Metrics of one scored rollout (reward, accuracy, length, tools, entropy, branching, cost). */
 export function rolloutStepMetrics(rollout: RolloutResult, items: readonly ScoredTrajectory[]): StepMetrics {
-  const m = rollout.metrics;
+  return stepMetrics(rollout.metrics, summarizeItems(items));
+}
+
+/** rolloutStepMetrics from the rollout's metrics and its items' summaries (data parallel: every rank's, merged). */
+export function stepMetrics(m: RolloutMetrics, items: readonly ItemSummary[]): StepMetrics {
   const out: StepMetrics = {
-    'reward/mean': mean(items.map((i) => i.reward.score)),
-    'acc/mean': mean(items.map((i) => i.reward.accuracy)),
-    'acc/exact': mean(items.map((i) => (i.reward.accuracy >= 1 ? 1 : 0))),
-    'format/ok': mean(items.map((i) => (i.reward.formatOk ? 1 : 0))),
-    'response/length_mean': mean(items.map((i) => i.trajectory.lossMask.reduce((a, b) => a + b, 0))),
-    'tools/calls_per_traj': mean(items.map((i) => i.trajectory.toolTags.length)),
+    'reward/mean': mean(items.map((i) => i.score)),
+    'acc/mean': mean(items.map((i) => i.accuracy)),
+    'acc/exact': mean(items.map((i) => (i.accuracy >= 1 ? 1 : 0))),
+    'format/ok': mean(items.map((i) => (i.formatOk ? 1 : 0))),
+    'response/length_mean': mean(items.map((i) => i.responseTokens)),
+    'tools/calls_per_traj': mean(items.map((i) => i.toolTags.length)),
     'rollout/trajectories': m.trajectories,
     'rollout/tokens_generated': m.tokensGenerated,
     'rollout/tokens_computed': m.tokensComputed,
@@ -191,8 +216,8 @@ export function rolloutStepMetrics(rollout: RolloutResult, items: readonly Score
     out[`tools/executed/${tag}`] = c.executed;
   }
   out['tools/executed_per_prompt'] = m.prompts > 0 ? executed / m.prompts : 0;
-  const tags = new Set(items.flatMap((i) => i.trajectory.toolTags));
-  for (const tag of tags) out[`tools/calls/${tag}`] = mean(items.map((i) => i.trajectory.toolTags.filter((x) => x === tag).length));
+  const tags = new Set(items.flatMap((i) => i.toolTags));
+  for (const tag of tags) out[`tools/calls/${tag}`] = mean(items.map((i) => i.toolTags.filter((x) => x === tag).length));
   const before = meanOfRecord(m.entropyBeforeTool);
   const after = meanOfRecord(m.entropyAfterTool);
   if (Number.isFinite(before)) out['entropy/before_tool'] = before;

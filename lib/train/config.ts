@@ -26,7 +26,7 @@ const prob = () => z.number().min(0).max(1);
 export const OPTIONS = {
   // ---------------------------------------------------------------- model
   'model.path': opt(z.string().min(1).nullable(), null, 'Hugging Face model directory (config.json + safetensors) to start from'),
-  'model.dtype': opt(z.enum(['float32', 'bfloat16']), 'float32', 'Compute dtype'),
+  'model.dtype': opt(z.enum(['float32', 'bfloat16', 'float64']), 'float32', 'Compute dtype (float64: for exactness checks)'),
   'model.threads': opt(int(0), 0, 'Intra-op CPU threads (0 = all cores)'),
   'model.tokenizer': opt(z.string().min(1).nullable(), null, 'Tokenizer directory (default: the model directory)'),
   // ---------------------------------------------------------------- data
@@ -113,6 +113,7 @@ export const OPTIONS = {
   'train.checkpointEvery': opt(int(0), 10, 'Checkpoint every this many steps (0 = only at the end)'),
   'train.seed': opt(int(0), 1, 'Seed of data order, sampling and branch decisions'),
   'train.outDir': opt(z.string().min(1), 'runs/arpo', 'Run directory: metrics.jsonl, checkpoints, report.html'),
+  'train.distTimeoutS': opt(z.number().gt(0), 300, 'Data parallel (several ranks): a rank that dies or hangs makes the others stop with an error naming it after this many seconds'),
 } as const satisfies Record<string, OptionSpec>;
 
 export type OptionPath = keyof typeof OPTIONS;

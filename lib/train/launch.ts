@@ -5,6 +5,10 @@
 // SLURM_NTASKS_PER_NODE, with MASTER_ADDR / MASTER_PORT set by the job
 // script). Nothing set: one process. Half a launch (a rank without a world
 // size, a rank outside the world) is an error naming the variable and value.
+import { spawn } from 'child_process';
+import * as fs from 'fs';
+import * as net from 'net';
+import * as path from 'path';
 import { ArpoError } from '../errors';
 
 export interface LaunchEnv {
@@ -64,4 +68,122 @@ export function readLaunchEnv(env: Env = process.env): LaunchEnv {
 /** Compute threads for one rank: the machine's cores shared by the ranks on this node (at least 1). */
 export function threadsPerRank(cores: number, localWorld: number): number {
   return Math.max(1, Math.floor(cores / Math.max(1, localWorld)));
+}
+
+/** `--nproc N` taken out of a command line (both `--nproc N` and `--nproc=N`). */
+export function withoutNproc(args: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === '--nproc') i++;
+    else if (!args[i]!.startsWith('--nproc=')) out.push(args[i]!);
+  }
+  return out;
+}
+
+/** A TCP port that was free a moment ago on 127.0.0.1 (rank 0's store binds it next). */
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export interface LocalLaunchOptions {
+  /** Where the ranks' lines go (default: this process's stdout / stderr). */
+  stdout?: { write(s: string): boolean };
+  stderr?: { write(s: string): boolean };
+  /** After one rank fails, how long the others get between SIGTERM and SIGKILL (ms). */
+  graceMs?: number;
+}
+
+/**
+ * `arpo <command> --nproc N`: starts N ranks of this command on this machine
+ * (`node bin/arpo.js <args>` with RANK, WORLD_SIZE, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT, as torchrun
+ * would) and forwards their output line by line with a `[rank r] ` prefix
+ * (rank 0's stdout unprefixed: the command's result). When a rank fails the
+ * others are stopped and the error names it; resolves to the exit code.
+ */
+export async function launchLocalRanks(nproc: number, args: readonly string[], options: LocalLaunchOptions = {}): Promise<number> {
+  if (!Number.isInteger(nproc) || nproc < 1 || nproc > 1024) throw bad('--nproc', String(nproc), 'expected a number of ranks in [1, 1024]');
+  if (process.env.RANK !== undefined || process.env.WORLD_SIZE !== undefined) {
+    throw bad('--nproc', String(nproc), 'this process is already a rank of a launched run (RANK / WORLD_SIZE are set); drop --nproc or the launcher');
+  }
+  const out = options.stdout ?? process.stdout;
+  const err = options.stderr ?? process.stderr;
+  const port = await freePort();
+  const bin = path.resolve(__dirname, '..', '..', 'bin', 'arpo.js');
+  const script = fs.existsSync(bin) ? bin : path.resolve(__dirname, '..', '..', '..', 'bin', 'arpo.js');
+  const children = Array.from({ length: nproc }, (_, r) =>
+    spawn(process.execPath, [script, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, RANK: String(r), WORLD_SIZE: String(nproc), LOCAL_RANK: String(r), LOCAL_WORLD_SIZE: String(nproc), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port) },
+    }),
+  );
+  const forward = (stream: NodeJS.ReadableStream, sink: { write(s: string): boolean }, prefix: string): void => {
+    let pending = '';
+    stream.setEncoding('utf8');
+    stream.on('data', (d: string) => {
+      pending += d;
+      const lines = pending.split(/\r?\n|\r/);
+      pending = lines.pop() ?? '';
+      for (const line of lines) sink.write(`${prefix}${line}\n`);
+    });
+    stream.on('end', () => {
+      if (pending) sink.write(`${prefix}${pending}\n`);
+    });
+  };
+  children.forEach((c, r) => {
+    forward(c.stdout!, out, r === 0 ? '' : `[rank ${r}] `);
+    forward(c.stderr!, err, `[rank ${r}] `);
+  });
+  let failure: string | null = null;
+  let stopping = false;
+  const stopOthers = (): void => {
+    if (stopping) return;
+    stopping = true;
+    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGTERM');
+    setTimeout(() => {
+      for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    }, options.graceMs ?? 5000).unref();
+  };
+  const onSignal = (sig: NodeJS.Signals): void => {
+    failure ??= `stopped by ${sig}`;
+    stopOthers();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    await Promise.all(
+      children.map(
+        (c, r) =>
+          new Promise<void>((resolve) => {
+            c.on('error', (e) => {
+              failure ??= `rank ${r} could not start: ${e.message}`;
+              stopOthers();
+              resolve();
+            });
+            c.on('close', (code, signal) => {
+              if (!stopping && (code !== 0 || signal !== null)) {
+                failure ??= `rank ${r} ${signal ? `was killed by ${signal}` : `exited with code ${code}`}`;
+                stopOthers();
+              }
+              resolve();
+            });
+          }),
+      ),
+    );
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+  if (failure) {
+    err.write(`arpo: ${failure}; the other ranks were stopped (a resumed run continues from the last checkpoint)\n`);
+    return 1;
+  }
+  return 0;
 }

@@ -5,6 +5,7 @@
 // ` <result>\n...\n</result>` blocks are the tool results. Segments are
 // tokenised one by one and concatenated, as a rollout builds the sequence.
 import * as fs from 'fs';
+import * as os from 'os';
 import * as path from 'path';
 import { epochPermutation } from '../data';
 import { ArpoError, describeValue } from '../errors';
@@ -16,6 +17,8 @@ import { MetricsLog, Progress, type StepMetrics } from './metrics';
 import { openRunCheckpoints } from './checkpoint';
 import { eosTokenIds, loadPolicy, optimizerSettings } from './setup';
 import { configHash } from './trainer';
+import { Dist } from './dist';
+import { readLaunchEnv, threadsPerRank, type LaunchEnv } from './launch';
 
 export interface SftSegment {
   type: 'text' | 'tool_result';
@@ -136,6 +139,8 @@ export interface SftRunOptions {
   lastStep?: number;
   /** Called after each step's metrics are logged (the CLI checkpoints here). */
   afterStep?: (step: number, total: number) => Promise<void>;
+  /** Data parallel: this rank trains its block of each batch (the model sums the gradients); rank 0 alone logs. */
+  dist?: Dist;
 }
 
 /**
@@ -157,9 +162,10 @@ export async function runSft(
   const total = stepsPerEpoch * cfg.sft.epochs;
   const startStep = options.startStep ?? 0;
   const lastStep = Math.min(total, options.lastStep ?? total);
+  const dist = options.dist ?? Dist.single();
   const log = new MetricsLog(runDir, 'sft-metrics.jsonl');
-  if (startStep > 0) log.truncateAfter(startStep);
-  const progress = new Progress(total, progressOut, 'sft');
+  if (startStep > 0 && dist.isRoot) log.truncateAfter(startStep);
+  const progress = new Progress(total, dist.isRoot ? progressOut : { write: () => true }, 'sft');
   const started = Date.now();
   let firstLoss = NaN;
   let lastLoss = NaN;
@@ -169,14 +175,15 @@ export async function runSft(
     const b = ((step - 1) % stepsPerEpoch) * perStep;
     if (b === 0 || order.length === 0) order = Array.from(epochPermutation(data.length, cfg.train.seed, epoch));
     const batch = order.slice(b, b + perStep).map((i) => data[i]!);
-    const m = await model.trainStep(microBatches(batch, cfg.train.microBatchTokens), {
+    const { lo, hi } = dist.shard(batch.length);
+    const m = await model.trainStep(microBatches(batch.slice(lo, hi), cfg.train.microBatchTokens), {
       mode: 'sft',
       optimizer: optimizerSettings(cfg, cfg.sft.lr, total),
     });
     if (step === startStep + 1) firstLoss = m.loss;
     lastLoss = m.loss;
     const metrics: StepMetrics = { 'sft/loss': m.loss, 'actor/loss': m.loss, 'actor/grad_norm': m.gradNorm, 'actor/lr': m.lr, 'sft/tokens': m.tokens, 'sft/epoch': epoch };
-    log.append({ step, phase: 'sft', time: (Date.now() - started) / 1000, metrics });
+    if (dist.isRoot) log.append({ step, phase: 'sft', time: (Date.now() - started) / 1000, metrics });
     progress.step(step, metrics);
     if (options.afterStep) await options.afterStep(step, total);
   }
@@ -191,6 +198,8 @@ export interface SftOptions {
   /** Stop after this many steps in this process (tests). */
   stopAfter?: number;
   progress?: { write(s: string): boolean; isTTY?: boolean };
+  /** This process's place in a data-parallel run (default: from the environment). */
+  launch?: LaunchEnv;
 }
 
 /**
@@ -203,29 +212,53 @@ export interface SftOptions {
 export async function sft(cfg: RunConfig, options: SftOptions): Promise<SftSummary & { out: string }> {
   if (!cfg.model.path) throw new ArpoError('BAD_CONFIG', 'sft: model.path is required (--set model.path=<dir>)');
   if (!cfg.sft.data) throw new ArpoError('BAD_CONFIG', 'sft: sft.data is required (--set sft.data=<file.jsonl>)');
-  const runDir = path.resolve(cfg.train.outDir);
-  fs.mkdirSync(runDir, { recursive: true });
-  const hash = configHash(cfg);
-  const { ckpt, latest } = openRunCheckpoints(runDir, hash, options.resume === true, 'sft-checkpoints', 'SFT ');
-  if (!options.resume) fs.rmSync(path.join(runDir, 'sft-metrics.jsonl'), { force: true });
-  const tokenizerDir = cfg.model.tokenizer ?? cfg.model.path;
-  const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : cfg.model.path, { ...cfg, model: { ...cfg.model, tokenizer: tokenizerDir } });
+  const launch = options.launch ?? readLaunchEnv();
+  if (launch.world > cfg.sft.batchSequences) {
+    throw new ArpoError('BAD_CONFIG', `sft.batchSequences: ${cfg.sft.batchSequences} sequences cannot be shared by ${launch.world} ranks (every rank needs at least one)`);
+  }
+  const dist = await Dist.open(launch, cfg.train.distTimeoutS * 1000);
   try {
-    const data = readSftData(cfg.sft.data, tokenizer, { skipUngrounded: cfg.sft.skipUngrounded, systemPrompt: cfg.data.systemPrompt });
+    return await sftRanks(cfg, options, dist, launch);
+  } finally {
+    dist.close();
+  }
+}
+
+async function sftRanks(cfg: RunConfig, options: SftOptions, dist: Dist, launch: LaunchEnv): Promise<SftSummary & { out: string }> {
+  const modelPath = cfg.model.path!;
+  const sftData = cfg.sft.data!;
+  const runDir = path.resolve(cfg.train.outDir);
+  const hash = configHash(cfg);
+  const { ckpt, latest } = await dist.rootFirst(() => {
+    fs.mkdirSync(runDir, { recursive: true });
+    const opened = openRunCheckpoints(runDir, hash, options.resume === true, 'sft-checkpoints', 'SFT ');
+    if (!options.resume && dist.isRoot) fs.rmSync(path.join(runDir, 'sft-metrics.jsonl'), { force: true });
+    return opened;
+  });
+  const tokenizerDir = cfg.model.tokenizer ?? modelPath;
+  const threads = dist.distributed && cfg.model.threads === 0 ? threadsPerRank(os.cpus().length, launch.localWorld) : cfg.model.threads;
+  const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : modelPath, { ...cfg, model: { ...cfg.model, threads, tokenizer: tokenizerDir } });
+  try {
+    await dist.attach(model);
+    const data = readSftData(sftData, tokenizer, { skipUngrounded: cfg.sft.skipUngrounded, systemPrompt: cfg.data.systemPrompt });
     const startStep = latest ? latest.state.step : 0;
     const every = cfg.sft.checkpointEvery;
     const s = await runSft(model, data, cfg, runDir, options.progress ?? process.stderr, {
       startStep,
       lastStep: options.stopAfter ? startStep + options.stopAfter : undefined,
+      dist,
       afterStep: async (step, total) => {
         if ((every > 0 && step % every === 0) || step === total || step === startStep + (options.stopAfter ?? Infinity)) {
-          await ckpt.save({ version: 1, step, dataCursor: { epochStep: step }, seed: cfg.train.seed, configHash: hash }, (dir) =>
-            model.save(dir, { optimizer: true, tokenizerDir }),
-          );
+          if (dist.isRoot) {
+            await ckpt.save({ version: 1, step, dataCursor: { epochStep: step }, seed: cfg.train.seed, configHash: hash }, (dir) =>
+              model.save(dir, { optimizer: true, tokenizerDir }),
+            );
+          }
+          await dist.barrier();
         }
       },
     });
-    if (s.steps === s.total) {
+    if (s.steps === s.total && dist.isRoot) {
       await model.save(options.out, { tokenizerDir });
     }
     return { ...s, out: options.out };

@@ -20,6 +20,7 @@
 //   (verl's default), with `train.oldLogprobs = rollout` to use the sampler's.
 import * as crypto from 'crypto';
 import * as fs from 'fs';
+import * as os from 'os';
 import * as path from 'path';
 import { ArpoError } from '../errors';
 import { epochPermutation, type DatasetExample, type SamplerState } from '../data';
@@ -28,7 +29,10 @@ import type { ToolRunner } from '../tools/runner';
 import type { Tokenizer } from '../model/tokenizer';
 import { rollout, type RolloutDeps, type RolloutResult } from '../rollout';
 import type { RewardFn } from '../reward';
-import { microBatches, rolloutStepMetrics, scoreAndAttribute, type ScoredTrajectory } from './batch';
+import { microBatches, rolloutStepMetrics, scoreAndAttribute, stepMetrics, summarizeItems, type ScoredTrajectory } from './batch';
+import { mergeRolloutMetrics } from '../rollout/metrics';
+import { Dist } from './dist';
+import { readLaunchEnv, threadsPerRank, type LaunchEnv } from './launch';
 import { buildTrainTrees, recomputeTreeLogprobs, treeMicroBatches, treeTokenCounts } from './tree-batch';
 import { openRunCheckpoints } from './checkpoint';
 import type { RunConfig } from './config';
@@ -56,6 +60,8 @@ export interface TrainOptions {
    * done): observers such as the soak bench read the model's cache here.
    */
   afterStep?: (step: number, state: { metrics: StepMetrics; model: PolicyModel; tools: ToolRunner }) => void | Promise<void>;
+  /** This process's place in a data-parallel run (default: from the environment, lib/train/launch.ts). */
+  launch?: LaunchEnv;
 }
 
 export interface TrainSummary {
@@ -65,10 +71,10 @@ export interface TrainSummary {
   validation: StepMetrics[];
 }
 
-/** Stable hash of the options that change the numbers (train.outDir and progress excluded). */
+/** Stable hash of the options that change the numbers (train.outDir, train.distTimeoutS and progress excluded). */
 export function configHash(cfg: RunConfig): string {
   const { train, ...rest } = cfg;
-  const { outDir: _outDir, ...trainRest } = train;
+  const { outDir: _outDir, distTimeoutS: _timeout, ...trainRest } = train;
   return crypto.createHash('sha256').update(JSON.stringify({ ...rest, train: trainRest })).digest('hex').slice(0, 16);
 }
 
@@ -95,6 +101,22 @@ export function lossOptions(cfg: RunConfig): TrainStepOptions {
     },
     optimizer: optimizerSettings(cfg, cfg.optim.lr, cfg.train.steps),
   };
+}
+
+/** Means of several ranks' metrics, weighted by each part's `weightKey` (parts without it count 0). */
+function weightedMetrics(parts: readonly StepMetrics[], weightKey: string): StepMetrics {
+  const out: StepMetrics = {};
+  const total = parts.reduce((a, p) => a + (p[weightKey] ?? 0), 0);
+  if (total === 0) return out;
+  for (const key of new Set(parts.flatMap((p) => Object.keys(p)))) {
+    if (key === weightKey) continue;
+    let s = 0;
+    let w = 0;
+    for (const p of parts) if (p[key] !== undefined) (s += p[key]! * (p[weightKey] ?? 0)), (w += p[weightKey] ?? 0);
+    if (w > 0) out[key] = s / w;
+  }
+  out[weightKey] = total;
+  return out;
 }
 
 function averageMetrics(list: readonly Record<string, number>[]): StepMetrics {
@@ -143,21 +165,56 @@ export async function validate(
 
 /** Runs RL training as configured; returns when train.steps (or stopAfter) steps are done. */
 export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise<TrainSummary> {
+  const launch = options.launch ?? readLaunchEnv();
+  if (launch.world > 1) checkDataParallel(cfg, launch.world);
+  const dist = await Dist.open(launch, cfg.train.distTimeoutS * 1000);
+  try {
+    return await trainRanks(cfg, options, dist, launch);
+  } finally {
+    dist.close();
+  }
+}
+
+/** What a data-parallel run cannot do (yet), as config errors naming the field. */
+function checkDataParallel(cfg: RunConfig, world: number): void {
+  if (cfg.train.batchPrompts < world) {
+    throw new ArpoError('BAD_CONFIG', `train.batchPrompts: ${cfg.train.batchPrompts} prompts cannot be shared by ${world} ranks (every rank needs at least one)`);
+  }
+  if (cfg.algorithm.estimator.startsWith('reinforce++')) {
+    throw new ArpoError('BAD_CONFIG', `algorithm.estimator: ${JSON.stringify(cfg.algorithm.estimator)} whitens over the whole batch, which a data-parallel run does not gather; use a per-prompt estimator (grpo, rloo, ...) or one process`);
+  }
+}
+
+/**
+ * The trainer on one rank (a world of 1: the whole run). Rank r rolls out and
+ * trains its block of each step's prompts (Dist.shard), with random streams
+ * keyed by the global prompt index; the PPO mini-batches are cut from the
+ * global permutation of the step's surviving prompts, and each rank trains
+ * its part of each (the model sums the gradients). Rank 0 alone writes the
+ * run directory, after setting it up before the others (rootFirst).
+ */
+async function trainRanks(cfg: RunConfig, options: TrainOptions, dist: Dist, launch: LaunchEnv): Promise<TrainSummary> {
   // ---------------------------------------------------------------- init
   const runDir = path.resolve(cfg.train.outDir);
-  fs.mkdirSync(runDir, { recursive: true });
   const hash = configHash(cfg);
-  const { ckpt, latest } = openRunCheckpoints(runDir, hash, options.resume === true);
-  if (!options.resume && fs.existsSync(path.join(runDir, 'metrics.jsonl'))) fs.rmSync(path.join(runDir, 'metrics.jsonl'));
-  if (!options.resume) fs.rmSync(path.join(runDir, 'rollout-trace.jsonl'), { force: true });
-  fs.writeFileSync(path.join(runDir, 'config.json'), `${JSON.stringify(cfg, null, 2)}\n`);
+  const root = dist.isRoot;
+  const { ckpt, latest } = await dist.rootFirst(() => {
+    fs.mkdirSync(runDir, { recursive: true });
+    const opened = openRunCheckpoints(runDir, hash, options.resume === true);
+    if (root) {
+      if (!options.resume && fs.existsSync(path.join(runDir, 'metrics.jsonl'))) fs.rmSync(path.join(runDir, 'metrics.jsonl'));
+      if (!options.resume) fs.rmSync(path.join(runDir, 'rollout-trace.jsonl'), { force: true });
+      fs.writeFileSync(path.join(runDir, 'config.json'), `${JSON.stringify(cfg, null, 2)}\n`);
+    }
+    return opened;
+  });
 
   if (!cfg.model.path) throw new ArpoError('BAD_CONFIG', 'config: model.path is required');
   if (!cfg.data.train) throw new ArpoError('BAD_CONFIG', 'config: data.train is required');
   // The tools first: a sandbox that refuses to start (or a bad dataset or
   // reward) fails before the model is loaded, and every later failure still
-  // closes them.
-  const tools = await buildTools(cfg, runDir);
+  // closes them. Rank 0 first: it builds the search index the others open.
+  const tools = await dist.rootFirst(() => buildTools(cfg, runDir));
   let opened: PolicyModel | null = null;
   try {
     // What the run's tools really are, for whoever reads the run later (a weaker sandbox is never silent).
@@ -165,7 +222,7 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
       const weak = tools.python.level !== 'full' ? ' (weaker than full isolation, accepted by tools.python.isolation: basic)' : '';
       (options.progress ?? process.stderr).write(`python sandbox: ${tools.python.summary}${weak}\n`);
     }
-    fs.writeFileSync(
+    if (root) fs.writeFileSync(
       path.join(runDir, 'run.json'),
       `${JSON.stringify({ startedAt: new Date().toISOString(), resumedFromStep: latest ? latest.state.step : null, configHash: hash, tools: { python: tools.python ? { level: tools.python.level, summary: tools.python.summary, missing: tools.python.missing } : null } }, null, 2)}\n`,
     );
@@ -175,36 +232,48 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
     if (trainSet.size < cfg.train.batchPrompts) {
       throw new ArpoError('BAD_CONFIG', `train.batchPrompts: ${cfg.train.batchPrompts} exceeds the ${trainSet.size} examples of ${cfg.data.train}`);
     }
+    // Ranks on one node share its cores unless model.threads says otherwise.
+    const threads = dist.distributed && cfg.model.threads === 0 ? threadsPerRank(os.cpus().length, launch.localWorld) : cfg.model.threads;
     const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : cfg.model.path, {
       ...cfg,
-      model: { ...cfg.model, tokenizer: cfg.model.tokenizer ?? cfg.model.path },
+      model: { ...cfg.model, threads, tokenizer: cfg.model.tokenizer ?? cfg.model.path },
     });
     opened = model;
+    // A resumed run's KL reference is the run's initial policy, as in an uninterrupted run (not the checkpoint's weights).
+    if (latest && cfg.loss.klCoef !== 0) await model.loadReference(cfg.model.path);
+    await dist.attach(model); // rank 0's weights everywhere; train steps sum over the ranks
     const sampler = trainSet.sampler({ batchSize: cfg.train.batchPrompts, seed: cfg.train.seed, shuffle: cfg.data.shuffle });
     if (latest) sampler.restore(latest.state.dataCursor as SamplerState);
     const deps = rolloutDeps(model, tokenizer, tools.runner, cfg.model.path);
     const log = new MetricsLog(runDir);
     const startStep = latest ? latest.state.step : 0;
-    if (latest) {
+    if (latest && root) {
       log.truncateAfter(startStep);
       truncateJsonlAfter(path.join(runDir, 'rollout-trace.jsonl'), startStep);
     }
-    const progress = new Progress(cfg.train.steps, options.progress ?? process.stderr);
+    // Other ranks are quiet unless given their own sink (their errors still reach stderr).
+    const progress = new Progress(cfg.train.steps, options.progress ?? (root ? process.stderr : { write: () => true }));
     const stepOptions = lossOptions(cfg);
     const started = Date.now();
     const validation: StepMetrics[] = [];
     let lastMetrics: StepMetrics = {};
 
     const saveCheckpoint = async (step: number): Promise<void> => {
-      await ckpt.save({ version: 1, step, dataCursor: sampler.state(), seed: cfg.train.seed, configHash: hash }, (dir) =>
-        model.save(dir, { optimizer: true, tokenizerDir: cfg.model.tokenizer ?? cfg.model.path ?? undefined }),
-      );
+      if (root) {
+        await ckpt.save({ version: 1, step, dataCursor: sampler.state(), seed: cfg.train.seed, configHash: hash }, (dir) =>
+          model.save(dir, { optimizer: true, tokenizerDir: cfg.model.tokenizer ?? cfg.model.path ?? undefined }),
+        );
+      }
+      await dist.barrier(); // no rank runs ahead of the checkpoint it would resume from
     };
     const runValidation = async (step: number): Promise<void> => {
       if (!validSet) return;
-      const v = await validate(tokenizer, deps, validSet.examples, reward, cfg, step);
+      // Each rank validates its block of the examples; the means are weighted by examples.
+      const { lo, hi } = dist.shard(validSet.examples.length);
+      const mine = lo < hi ? (await validate(tokenizer, deps, validSet.examples.slice(lo, hi), reward, cfg, step)).metrics : {};
+      const v = { metrics: dist.distributed ? weightedMetrics(await dist.allgather(mine), 'valid/examples') : mine };
       validation.push(v.metrics);
-      log.append({ step, phase: 'valid', time: (Date.now() - started) / 1000, metrics: v.metrics });
+      if (root) log.append({ step, phase: 'valid', time: (Date.now() - started) / 1000, metrics: v.metrics });
       progress.message(`valid step ${step} | reward ${v.metrics['reward/mean']?.toFixed(3)} | acc ${v.metrics['acc/mean']?.toFixed(3)} | tool calls ${v.metrics['tools/calls_per_traj']?.toFixed(2)}`);
     };
 
@@ -212,11 +281,15 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
     const lastStep = options.stopAfter ? Math.min(cfg.train.steps, startStep + options.stopAfter) : cfg.train.steps;
     for (let step = startStep + 1; step <= lastStep; step++) {
       // ------------------------------------------------------------ rollout
-      const examples = sampler.next();
+      const batch = sampler.next();
+      // This rank's block of the step's prompts; streams keyed by the global index.
+      const { lo, hi } = dist.shard(batch.length);
+      const examples = batch.slice(lo, hi);
       const prompts = examples.map((e) => promptIds(e, tokenizer, cfg.data.systemPrompt));
-      const run = () => rollout(deps, prompts, stepSeed(cfg.train.seed, 'train', step), rolloutSettings(cfg));
+      const streamKeys = examples.map((_, i) => lo + i);
+      const run = () => rollout(deps, prompts, stepSeed(cfg.train.seed, 'train', step), rolloutSettings(cfg), { streamKeys });
       const result = options.rollout ? await options.rollout(step, run) : await run();
-      if (result.trace) {
+      if (result.trace && root) {
         // One line per step: where the time went, then every engine and tool call (times in ms from the rollout's start).
         const m = result.metrics;
         const line = { step, mode: m.mode, wallMs: m.wallMs, modelMs: m.modelMs, toolWaitMs: m.toolWaitMs, slotMs: m.slotMs, engineCalls: result.trace.engineCalls, toolCalls: result.trace.toolCalls };
@@ -243,20 +316,29 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
       }
       // ------------------------------------------------------------ PPO epochs over mini-batches of prompts
       const updates: Record<string, number>[] = [];
-      const groups = tree ? trees.map((t) => t.group) : [...new Set(scored.sequenceGroups)];
+      // Prompts (groups) are numbered by their index in the step's batch on every rank.
+      let groups = tree ? trees.map((t) => t.group + lo) : [...new Set(scored.sequenceGroups.map((g) => g + lo))];
+      if (dist.distributed) {
+        const kept = new Float64Array(batch.length);
+        for (const g of groups) kept[g] = 1;
+        const all = await dist.allreduceSum(kept);
+        groups = [];
+        for (let g = 0; g < all.length; g++) if (all[g]! > 0) groups.push(g);
+      }
       for (let epoch = 0; epoch < cfg.train.ppoEpochs; epoch++) {
         // Mini-batch order: a seeded permutation per (step, epoch), the data sampler's own shuffle.
         const order = Array.from(epochPermutation(groups.length, cfg.train.seed, step * 1000 + epoch), (i) => groups[i]!);
         for (let g = 0; g < order.length; g += cfg.train.miniBatchPrompts) {
           const mini = new Set(order.slice(g, g + cfg.train.miniBatchPrompts));
+          // A rank whose share of the mini-batch is empty still takes part in the step (data parallel).
           let m;
           if (tree) {
-            const mt = trees.filter((t) => mini.has(t.group));
-            if (mt.length === 0) continue;
+            const mt = trees.filter((t) => mini.has(t.group + lo));
+            if (mt.length === 0 && !dist.distributed) continue;
             m = await model.trainTreeStep(treeMicroBatches(mt, cfg.train.microBatchTokens).map((p) => p.batch), { loss: stepOptions.loss, optimizer: stepOptions.optimizer });
           } else {
-            const seqs = sequences.filter((_, i) => mini.has(scored.sequenceGroups[i]!));
-            if (seqs.length === 0) continue;
+            const seqs = sequences.filter((_, i) => mini.has(scored.sequenceGroups[i]! + lo));
+            if (seqs.length === 0 && !dist.distributed) continue;
             m = await model.trainStep(microBatches(seqs, cfg.train.microBatchTokens), stepOptions);
           }
           updates.push({
@@ -272,17 +354,28 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
           });
         }
       }
-      const packedTokens = tree ? treeTokenCounts(trees) : null;
+      let packedTokens = tree ? treeTokenCounts(trees) : null;
       // ------------------------------------------------------------ metrics
+      // Data parallel: the rollout metrics of every rank's block, merged (the update metrics are global already).
+      let rolloutMetrics: StepMetrics;
+      let dropped = scored.droppedGroups;
+      if (dist.distributed) {
+        const parts = await dist.allgather({ m: result.metrics, items: summarizeItems(scored.items), dropped, packedTokens });
+        rolloutMetrics = stepMetrics(mergeRolloutMetrics(parts.map((p) => p.m)), parts.flatMap((p) => p.items));
+        dropped = parts.reduce((a, p) => a + p.dropped, 0);
+        if (packedTokens) packedTokens = { unique: parts.reduce((a, p) => a + p.packedTokens!.unique, 0), flattened: parts.reduce((a, p) => a + p.packedTokens!.flattened, 0) };
+      } else {
+        rolloutMetrics = rolloutStepMetrics(result, scored.items);
+      }
       lastMetrics = {
-        ...rolloutStepMetrics(result, scored.items),
+        ...rolloutMetrics,
         ...averageMetrics(updates),
         'actor/updates': updates.length,
-        'data/dropped_groups': scored.droppedGroups,
+        'data/dropped_groups': dropped,
         'time/train_s': (Date.now() - t0) / 1000,
         ...(packedTokens ? { 'train/unique_token_ratio': packedTokens.flattened > 0 ? packedTokens.unique / packedTokens.flattened : 1 } : {}),
       };
-      log.append({ step, phase: 'train', time: (Date.now() - started) / 1000, metrics: lastMetrics });
+      if (root) log.append({ step, phase: 'train', time: (Date.now() - started) / 1000, metrics: lastMetrics });
       progress.step(step, lastMetrics);
       // ------------------------------------------------------------ validation and checkpoint
       if (cfg.train.validateEvery > 0 && step % cfg.train.validateEvery === 0) await runValidation(step);
@@ -291,7 +384,7 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
       }
       if (options.afterStep) await options.afterStep(step, { metrics: lastMetrics, model, tools: tools.runner });
     }
-    if (options.report !== false) await writeReport([runDir]);
+    if (options.report !== false && root) await writeReport([runDir]);
     return { runDir, stepsDone: lastStep - startStep, lastMetrics, validation };
   } finally {
     await tools.close();

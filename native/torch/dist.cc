@@ -146,7 +146,14 @@ class GlooGroup : public Group {
     } catch (const std::exception&) {
       return ": the store (hosted by rank 0) is gone too, so rank 0 died or the network failed";
     }
-    if (out.empty()) return ": every rank reached it, so a peer died or failed inside it";
+    if (out.empty()) {
+      // Every rank got this far: one of the others died (or failed) inside it.
+      std::string peers;
+      for (int q = 0; q < config_.world; ++q)
+        if (q != config_.rank) peers += (peers.empty() ? "" : ", ") + std::to_string(q);
+      return config_.world == 2 ? ": rank " + peers + " reached it and then died or failed inside it"
+                                : ": every rank reached it, so one of ranks " + peers + " died or failed inside it";
+    }
     return ": " + out + (out.find(',') == std::string::npos ? " never reached it: that rank died or hangs" : " never reached it: those ranks died or hang");
   }
   std::mutex mu_;

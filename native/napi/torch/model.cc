@@ -260,6 +260,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
                            InstanceMethod("forwardTreeLogits", &NativeModel::ForwardTreeLogits),
                            InstanceMethod("trainTreeStep", &NativeModel::TrainTreeStep),
                            InstanceMethod("snapshotReference", &NativeModel::SnapshotReference),
+                           InstanceMethod("loadReference", &NativeModel::LoadReference),
                            InstanceMethod("setGroup", &NativeModel::SetGroup),
                            InstanceMethod("broadcastParameters", &NativeModel::BroadcastParameters),
                            InstanceMethod("cacheStats", &NativeModel::CacheStats),
@@ -612,6 +613,17 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
   Napi::Value SnapshotReference(const Napi::CallbackInfo& info) {
     return queue(info.Env(), [](ModelState& s) {
       s.reference = std::make_unique<Model>(s.model->clone(s.model->dtype()));
+    });
+  }
+
+  // loadReference(dir): the frozen KL reference holds an HF checkpoint's weights (a resumed run's initial policy).
+  Napi::Value LoadReference(const Napi::CallbackInfo& info) {
+    if (!info[0].IsString()) type_error(info.Env(), "expected a directory path");
+    const std::string dir = info[0].As<Napi::String>().Utf8Value();
+    return queue(info.Env(), [dir](ModelState& s) {
+      auto ref = std::make_unique<Model>(s.model->clone(s.model->dtype()));
+      ref->load_tensors(st::load_checkpoint(dir, s.model->dtype()));
+      s.reference = std::move(ref);
     });
   }
 
