@@ -80,7 +80,7 @@ describe('parseModelConfig', () => {
     ['rope_scaling type', { rope_scaling: { rope_type: 'yarn', factor: 4 } }, 'expected one of default, linear, llama3 for rope_scaling.rope_type but received "yarn"'],
     ['rope_scaling field', { rope_scaling: { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4 } }, 'for rope_scaling.original_max_position_embeddings but received undefined'],
     ['tie_word_embeddings', { tie_word_embeddings: 'yes' }, 'expected a boolean for tie_word_embeddings but received "yes" of type string'],
-    ['torch_dtype', { torch_dtype: 'int8' }, 'expected one of float32, bfloat16, float16 for torch_dtype but received "int8"'],
+    ['torch_dtype', { torch_dtype: 'int8' }, 'expected one of float32, bfloat16, float16, float64 for torch_dtype but received "int8"'],
     ['eos_token_id', { eos_token_id: [2, -1] }, 'expected a token id or an array of token ids for eos_token_id but received [2,-1] of type array'],
     ['hidden_act', { hidden_act: 'gelu' }, 'for hidden_act but received "gelu"'],
     ['sliding window', { use_sliding_window: true }, 'sliding-window attention is not supported'],
