@@ -3,7 +3,7 @@
 // on the demo world. Prints one markdown report and writes it, with the JSON of
 // every number, to bench/results/.
 //
-//   npm run bench [-- --quick] [--only kernels|tools|e2e|packing|determinism|soak] [--seeds 1,2,3] [--steps N] [--out DIR]
+//   npm run bench [-- --quick] [--only kernels|tools|e2e|packing|determinism|soak|scale] [--seeds 1,2,3] [--steps N] [--out DIR]
 //
 // The soak (300 small RL steps watching RSS, file descriptors, engine paths and
 // tool workers) runs only with --only soak; --steps sets its length too.
@@ -18,6 +18,7 @@ import * as path from 'path';
 import { Command, InvalidArgumentError } from 'commander';
 import { hasTorch } from '../lib/native';
 import { benchCheckpoint, e2eTables, runE2EBench, type E2EResult } from './e2e';
+import { runScaleBench, scaleTables, type ScaleBench } from './scale';
 import { packingTables, runPackingBench, type PackingResult } from './packing';
 import { determinismTables, runDeterminismBench, type DeterminismBench } from './determinism';
 import { runSoakBench, soakTables, type SoakBench } from './soak';
@@ -79,14 +80,14 @@ async function main(): Promise<void> {
   const program = new Command('bench')
     .description('arpo benchmarks: kernels vs libtorch, ARPO vs trajectory-level GRPO end to end')
     .option('--quick', 'fewer shapes, reps, seeds and steps (< 5 minutes)', false)
-    .option('--only <part>', 'kernels, tools, e2e, packing, determinism or soak (default: all but soak)')
+    .option('--only <part>', 'kernels, tools, e2e, packing, determinism, soak or scale (default: all but soak and scale)')
     .option('--seeds <list>', 'e2e seeds, comma-separated (default: 1,2 quick, 1,2,3 full)', seedList)
     .option('--steps <n>', 'e2e training steps per run (default: 2 quick, 8 full); soak steps (default 300, 60 quick)', positiveInt('--steps'))
     .option('--out <dir>', 'results folder', path.join(root, 'bench', 'results'))
     .allowExcessArguments(false);
   program.parse(process.argv);
   const opts = program.opts<{ quick: boolean; only?: string; seeds?: number[]; steps?: number; out: string }>();
-  const parts = ['kernels', 'tools', 'e2e', 'packing', 'determinism', 'soak'];
+  const parts = ['kernels', 'tools', 'e2e', 'packing', 'determinism', 'soak', 'scale'];
   if (opts.only !== undefined && !parts.includes(opts.only)) {
     throw new InvalidArgumentError(`Expected one of ${parts.join(', ')} for --only but received ${JSON.stringify(opts.only)}`);
   }
@@ -106,7 +107,8 @@ async function main(): Promise<void> {
   let determinism: DeterminismBench | undefined;
   let soak: SoakBench | undefined;
   let tools: PythonLatencyBench | undefined;
-  const wants = (part: string): boolean => opts.only === part || (opts.only === undefined && part !== 'soak');
+  let scale: ScaleBench | undefined;
+  const wants = (part: string): boolean => opts.only === part || (opts.only === undefined && part !== 'soak' && part !== 'scale');
 
   if (wants('kernels')) {
     kernels = await runKernelBench({ quick: opts.quick, root, cacheDir, log });
@@ -138,6 +140,12 @@ async function main(): Promise<void> {
     soak = await runSoakBench({ root, steps: opts.steps ?? (opts.quick ? 60 : 300), seed: 1, log });
     targets.push(...soak.targets);
     sections.push('## Soak: a long run does not leak (issue 17)', soakTables(soak));
+  }
+  if (wants('scale') && hasTorch()) {
+    const ckpt = await benchCheckpoint({ quick: opts.quick, cacheDir, log });
+    scale = await runScaleBench({ root, envDir: ckpt.envDir, modelDir: ckpt.modelDir, quick: opts.quick, steps: opts.steps, log });
+    targets.push(...scale.targets);
+    sections.push('## Data parallel: 1 rank vs 2 ranks over c10d / Gloo (issue 16)', scaleTables(scale));
   }
   if (wants('e2e')) {
     if (!hasTorch()) {
@@ -171,7 +179,7 @@ async function main(): Promise<void> {
   // A partial run (--only) gets its own latest file, so it never replaces a full report's other part.
   const variant = `${opts.quick ? '-quick' : ''}${opts.only ? `-${opts.only}` : ''}`;
   const base = `bench${variant}-${stamp}`;
-  const json = JSON.stringify({ environment: env, options: opts, kernels, tools, packing, determinism, soak, e2e: e2e && { ...e2e, raw: e2e.raw.map((r) => ({ spec: r.spec, train: r.train, valid: r.valid, trainStep: r.trainStep, maxRssBytes: r.maxRssBytes, wallSeconds: r.wallSeconds })) }, targets }, null, 2);
+  const json = JSON.stringify({ environment: env, options: opts, kernels, tools, packing, determinism, soak, scale, e2e: e2e && { ...e2e, raw: e2e.raw.map((r) => ({ spec: r.spec, train: r.train, valid: r.valid, trainStep: r.trainStep, maxRssBytes: r.maxRssBytes, wallSeconds: r.wallSeconds })) }, targets }, null, 2);
   // Written under a .tmp name and renamed, so a killed run never leaves half a result.
   for (const [name, text] of [
     [`${base}.md`, markdown],

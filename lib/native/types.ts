@@ -210,6 +210,8 @@ export interface RawTrainMetrics {
   step: number;
   /** True when the gradient norm was not finite and no update was applied. */
   skipped: boolean;
+  /** Data parallel: wall time in collectives (denominators, metric sums, gradients), waiting for the slowest rank included. */
+  commSeconds: number;
 }
 export interface RawCacheStats {
   blockSize: number;

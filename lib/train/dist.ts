@@ -19,6 +19,8 @@ import type { LaunchEnv } from './launch';
 
 export class Dist {
   private tail: Promise<unknown> = Promise.resolve();
+  /** Wall time spent in this object's collectives so far (waiting for the slowest rank included), ms. */
+  commMs = 0;
 
   private constructor(
     readonly rank: number,
@@ -143,10 +145,13 @@ export class Dist {
 
   private serial<R>(fn: () => Promise<R>): Promise<R> {
     const run = this.tail.then(async () => {
+      const t0 = performance.now();
       try {
         return await fn();
       } catch (e) {
         throw distError(e);
+      } finally {
+        this.commMs += performance.now() - t0;
       }
     });
     this.tail = run.catch(() => undefined);

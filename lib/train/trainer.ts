@@ -281,6 +281,8 @@ async function trainRanks(cfg: RunConfig, options: TrainOptions, dist: Dist, lau
     const lastStep = options.stopAfter ? Math.min(cfg.train.steps, startStep + options.stopAfter) : cfg.train.steps;
     for (let step = startStep + 1; step <= lastStep; step++) {
       // ------------------------------------------------------------ rollout
+      const commAtStart = dist.commMs;
+      let commSeconds = 0;
       const batch = sampler.next();
       // This rank's block of the step's prompts; streams keyed by the global index.
       const { lo, hi } = dist.shard(batch.length);
@@ -352,6 +354,7 @@ async function trainRanks(cfg: RunConfig, options: TrainOptions, dist: Dist, lau
             'actor/lr': m.lr,
             'actor/skipped': m.skipped ? 1 : 0,
           });
+          commSeconds += m.commSeconds;
         }
       }
       let packedTokens = tree ? treeTokenCounts(trees) : null;
@@ -373,6 +376,7 @@ async function trainRanks(cfg: RunConfig, options: TrainOptions, dist: Dist, lau
         'actor/updates': updates.length,
         'data/dropped_groups': dropped,
         'time/train_s': (Date.now() - t0) / 1000,
+        ...(dist.distributed ? { 'time/allreduce_s': commSeconds + (dist.commMs - commAtStart) / 1000 } : {}),
         ...(packedTokens ? { 'train/unique_token_ratio': packedTokens.flattened > 0 ? packedTokens.unique / packedTokens.flattened : 1 } : {}),
       };
       if (root) log.append({ step, phase: 'train', time: (Date.now() - started) / 1000, metrics: lastMetrics });

@@ -4,6 +4,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -287,9 +288,17 @@ namespace {
 
 bool distributed(const dist::Group* g) { return g != nullptr && g->world() > 1; }
 
+// Adds the wall time of its scope to *seconds.
+struct CommTimer {
+  double* seconds;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~CommTimer() { *seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+};
+
 // Elementwise sums over ranks of a few doubles (denominators, metric sums).
-void allreduce_doubles(dist::Group* g, std::vector<double>& v) {
+void allreduce_doubles(dist::Group* g, std::vector<double>& v, double* seconds) {
   if (!distributed(g) || v.empty()) return;
+  CommTimer timer{seconds};
   std::vector<at::Tensor> t{at::from_blob(v.data(), {static_cast<int64_t>(v.size())}, at::kDouble).clone()};
   g->allreduce_sum(t);
   std::memcpy(v.data(), t[0].data_ptr<double>(), v.size() * sizeof(double));
@@ -299,11 +308,12 @@ void allreduce_doubles(dist::Group* g, std::vector<double>& v) {
 // without one (AdamW leaves it alone, as in one process); one that has a
 // gradient on some rank gets zeros where it has none. Buckets of ~32 MiB of
 // flattened gradients, one allreduce each, in parameter order.
-void allreduce_grads(dist::Group* g, const NamedTensors& params) {
+void allreduce_grads(dist::Group* g, const NamedTensors& params, double* seconds) {
   if (!distributed(g)) return;
   std::vector<double> has(params.size());
   for (size_t i = 0; i < params.size(); ++i) has[i] = params[i].second.grad().defined() ? 1 : 0;
-  allreduce_doubles(g, has);
+  allreduce_doubles(g, has, seconds);
+  CommTimer timer{seconds};
   constexpr int64_t kBucketBytes = int64_t{32} << 20;
   std::vector<size_t> bucket;
   int64_t bytes = 0;
@@ -342,7 +352,7 @@ void allreduce_grads(dist::Group* g, const NamedTensors& params) {
 void finish_step(Model& model, AdamW& optimizer, const OptimConfig& optim, TrainMetrics& m, dist::Group* group) {
   if (distributed(group)) {
     std::vector<double> sums{m.loss, m.pg_loss, m.pg_clipfrac, m.pg_clipfrac_lower, m.ppo_kl, m.entropy, m.kl, m.tokens};
-    allreduce_doubles(group, sums);
+    allreduce_doubles(group, sums, &m.comm_seconds);
     m.loss = sums[0], m.pg_loss = sums[1], m.pg_clipfrac = sums[2], m.pg_clipfrac_lower = sums[3];
     m.ppo_kl = sums[4], m.entropy = sums[5], m.kl = sums[6], m.tokens = sums[7];
   }
@@ -355,7 +365,7 @@ void finish_step(Model& model, AdamW& optimizer, const OptimConfig& optim, Train
   }
   const NamedTensors& params = model.named_tensors();
   at::NoGradGuard no_grad;
-  allreduce_grads(group, params);
+  allreduce_grads(group, params, &m.comm_seconds);
   double sq = 0;
   for (const auto& [name, p] : params)
     if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
@@ -420,7 +430,8 @@ TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroB
     sequences += static_cast<double>(mb.lengths.size());
   }
   std::vector<double> totals{masked_tokens, sequences};
-  allreduce_doubles(group, totals);  // data parallel: the global batch's denominators
+  double comm_seconds = 0;
+  allreduce_doubles(group, totals, &comm_seconds);  // data parallel: the global batch's denominators
   masked_tokens = totals[0], sequences = totals[1];
   loss_config.denominator = denominator_for(loss_config, mode, masked_tokens, sequences);
 
@@ -429,6 +440,7 @@ TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroB
   for (const auto& [name, p] : params) p.mutable_grad() = at::Tensor();
 
   TrainMetrics m;
+  m.comm_seconds = comm_seconds;
   for (size_t b = 0; b < batches.size(); ++b) {
     const MicroBatch& mb = batches[b];
     const PackedSequences& pk = packed[b];
@@ -506,7 +518,8 @@ TrainMetrics train_tree_step(Model& model, AdamW& optimizer, const std::vector<T
     sequences += static_cast<double>(mb.sequences);
   }
   std::vector<double> totals{masked_tokens, sequences};
-  allreduce_doubles(group, totals);  // data parallel: the global batch's denominators
+  double comm_seconds = 0;
+  allreduce_doubles(group, totals, &comm_seconds);  // data parallel: the global batch's denominators
   masked_tokens = totals[0], sequences = totals[1];
   loss_config.denominator = denominator_for(loss_config, LossMode::Policy, masked_tokens, sequences);
 
@@ -515,6 +528,7 @@ TrainMetrics train_tree_step(Model& model, AdamW& optimizer, const std::vector<T
   for (const auto& [name, p] : params) p.mutable_grad() = at::Tensor();
 
   TrainMetrics m;
+  m.comm_seconds = comm_seconds;
   for (size_t b = 0; b < batches.size(); ++b) {
     const TreeMicroBatch& mb = batches[b];
     const PackedTree& pk = packed[b];

@@ -95,6 +95,7 @@ struct TrainMetrics {
   double grad_norm = 0, lr = 0, tokens = 0;
   int64_t step = 0;          // optimiser steps done after this one
   bool skipped = false;      // non-finite gradient norm: no update applied
+  double comm_seconds = 0;   // data parallel: wall time in collectives (denominators, metrics, gradients)
 };
 
 // Loss of one micro-batch as an autograd node over logits (R, V) float32:

@@ -232,6 +232,7 @@ Napi::Object metrics_object(Napi::Env e, const model::TrainMetrics& m) {
   o.Set("tokens", m.tokens);
   o.Set("step", static_cast<double>(m.step));
   o.Set("skipped", m.skipped);
+  o.Set("commSeconds", m.comm_seconds);
   return o;
 }
 
