@@ -4,7 +4,8 @@
 //   1 prompts, so unequal token counts) against `arpo train` in one process,
 //   float64 model, train.deterministic, real search and python tools, 3 RL
 //   steps of 2 PPO epochs x 2 mini-batches: every metric (time/* aside) and
-//   every weight and AdamW moment equal within the bounds stated below. The
+//   every weight and AdamW moment equal within the bounds stated below; the
+//   2-rank run's step-2 checkpoint resumed by one process ends there too. The
 //   same for `arpo sft --nproc 2` (5 sequences per step: 3 and 2).
 // - Failure and resume: two ranks started the way torchrun starts them (RANK,
 //   WORLD_SIZE, MASTER_ADDR, MASTER_PORT); rank 1 is SIGKILLed mid-step; rank 0
@@ -179,6 +180,19 @@ describe('data-parallel training: 2 ranks give the numbers of 1 process', () => 
     expect(w.worst).toBeLessThanOrEqual(1e-11);
     // Only rank 0 wrote the run directory: one metrics file, one set of checkpoints, the report.
     expect(fs.existsSync(path.join(tmp, 'two', 'report.html'))).toBe(true);
+
+    // Resume with another world size: the 2-rank run's step-2 checkpoint, step 3 in one process.
+    const across = path.join(tmp, 'across');
+    fs.cpSync(path.join(tmp, 'two'), across, { recursive: true });
+    const ck = new CheckpointManager(across, 2);
+    fs.rmSync(ck.stepDir(3), { recursive: true, force: true });
+    fs.writeFileSync(path.join(ck.dir, 'latest'), path.basename(ck.stepDir(2)));
+    await ok(['train', '--config', writeConfig('across'), '--resume']);
+    const a = worstRelative(tensors(latestModel(across)), tensors(latestModel(path.join(tmp, 'two'))));
+    const am = worstMetric(metricsOf(path.join(across, 'metrics.jsonl')), metricsOf(path.join(tmp, 'two', 'metrics.jsonl')));
+    process.stdout.write(`resumed with 1 rank from the 2-rank step-2 checkpoint: worst tensor ${a.worst.toExponential(2)}, worst metric ${am.worst.toExponential(2)}\n`);
+    expect(a.worst).toBeLessThanOrEqual(1e-11);
+    expect(am.worst).toBeLessThanOrEqual(1e-11);
 
     // Two ranks started as torchrun starts them; rank 1 SIGKILLed during step 2.
     const cfg = writeConfig('killed');

@@ -5,9 +5,6 @@
 // joins makes the other fail within the timeout with an error naming it;
 // bad configs are errors naming the field. Without Gloo in the build: a world
 // of 1 works and a world of 2 fails with the fix.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "free_port.h"
 #include "torch/dist.h"
 // After libtorch, whose glog also defines CHECK: the harness's counts failures instead of aborting.
 #undef CHECK
@@ -25,19 +23,7 @@
 using arpo::dist::Config;
 using arpo::dist::Group;
 
-static int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  const int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
+using arpo_test::free_port;
 
 static std::string error_of(const std::function<void()>& f) {
   try {

@@ -13,9 +13,6 @@
 // differently initialised model rank 0's, bit for bit.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -26,6 +23,7 @@
 #include <vector>
 
 #include "tiny_model.h"
+#include "free_port.h"
 #include "torch/dist.h"
 #include "torch/engine.h"
 #include "torch/trainer.h"
@@ -40,18 +38,7 @@ using arpo_test::tiny_config;
 
 namespace {
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  const int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
+using arpo_test::free_port;
 
 struct Seq {
   std::vector<int32_t> tokens;
