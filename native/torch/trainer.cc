@@ -215,11 +215,17 @@ double scheduled_lr(const OptimConfig& c, int64_t step) {
 
 // ---------------------------------------------------------------- AdamW
 
+namespace {
+bool low_precision(const at::Tensor& p) { return p.scalar_type() == at::kBFloat16 || p.scalar_type() == at::kHalf; }
+}  // namespace
+
 AdamW::AdamW(const NamedTensors& params) {
+  at::NoGradGuard no_grad;
   for (const auto& [name, p] : params) {
     names_.push_back(name);
     exp_avg_.push_back(at::zeros(p.sizes(), at::TensorOptions().dtype(moment_dtype(p))));
     exp_avg_sq_.push_back(at::zeros(p.sizes(), at::TensorOptions().dtype(moment_dtype(p))));
+    master_.push_back(low_precision(p) ? p.detach().to(at::kFloat).contiguous() : at::Tensor());
   }
 }
 
@@ -236,7 +242,10 @@ void AdamW::step(const NamedTensors& params, double lr, const OptimConfig& c) {
     at::Tensor& m = exp_avg_[i];
     at::Tensor& v = exp_avg_sq_[i];
     at::Tensor g = grad.to(m.scalar_type());
-    at::Tensor pw = p.to(m.scalar_type());  // p itself when dtypes match
+    at::Tensor& master = master_[i];
+    // A parameter written from outside since the last update: its master follows it.
+    if (master.defined() && !master.to(p.scalar_type()).equal(p)) master.copy_(p);
+    at::Tensor pw = master.defined() ? master : p.to(m.scalar_type());  // p itself when dtypes match
     if (c.weight_decay != 0) pw.mul_(1.0 - lr * c.weight_decay);
     m.mul_(c.beta1).add_(g, 1.0 - c.beta1);
     v.mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
@@ -251,6 +260,7 @@ NamedTensors AdamW::state() const {
   for (size_t i = 0; i < names_.size(); ++i) {
     out.emplace_back(names_[i] + ".exp_avg", exp_avg_[i]);
     out.emplace_back(names_[i] + ".exp_avg_sq", exp_avg_sq_[i]);
+    if (master_[i].defined()) out.emplace_back(names_[i] + ".master", master_[i]);
   }
   at::Tensor step = at::empty({1}, at::kLong);
   step.data_ptr<int64_t>()[0] = step_;
@@ -276,8 +286,19 @@ void AdamW::load_state(const NamedTensors& state) {
   }
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < names_.size(); ++i) {
+    if (!master_[i].defined()) continue;
+    auto it = by_name.find(names_[i] + ".master");
+    if (it != by_name.end() && it->second->sizes() != master_[i].sizes())
+      throw ModelError("optimizer state: tensor " + names_[i] + ".master: expected shape " + shape_string(master_[i].sizes()) +
+                       " but received " + shape_string(it->second->sizes()));
+  }
+  for (size_t i = 0; i < names_.size(); ++i) {
     exp_avg_[i].copy_(*by_name.at(names_[i] + ".exp_avg"));
     exp_avg_sq_[i].copy_(*by_name.at(names_[i] + ".exp_avg_sq"));
+    if (master_[i].defined()) {
+      auto it = by_name.find(names_[i] + ".master");
+      if (it != by_name.end()) master_[i].copy_(*it->second);
+    }
   }
   step_ = step.to(at::kLong).data_ptr<int64_t>()[0];
 }

@@ -73,20 +73,29 @@ double scheduled_lr(const OptimConfig& config, int64_t step);
 //   p <- p * (1 - lr * wd)
 //   m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
 //   p <- p - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-// Moments are float32 (float64 for float64 parameters).
+// Moments are float32 (float64 for float64 parameters). Mixed precision: a
+// bfloat16 (or float16) parameter gets a float32 master copy, which the update
+// is applied to; the parameter is then its rounding, so updates smaller than
+// the low precision's resolution accumulate instead of vanishing. A parameter
+// written from outside (a load, a broadcast) no longer equals its master's
+// rounding: the master is re-read from it before the next update.
 class AdamW {
  public:
   explicit AdamW(const NamedTensors& params);
   void step(const NamedTensors& params, double lr, const OptimConfig& config);
   int64_t steps() const { return step_; }
-  // "<param>.exp_avg", "<param>.exp_avg_sq" per parameter and "step" (int64 scalar).
+  // "<param>.exp_avg", "<param>.exp_avg_sq" per parameter, "<param>.master"
+  // per low-precision parameter, and "step" (int64 scalar).
   NamedTensors state() const;
-  // Exact resume: every moment must be present with its parameter's shape.
+  // Exact resume: every moment must be present with its parameter's shape; a
+  // missing master (a file from before master weights) is taken from the parameter.
   void load_state(const NamedTensors& state);
+  // The float32 master of parameter i (undefined for float32 / float64 parameters).
+  const at::Tensor& master(size_t i) const { return master_[i]; }
 
  private:
   std::vector<std::string> names_;
-  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_, master_;
   int64_t step_ = 0;
 };
 
