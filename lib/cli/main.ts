@@ -2,6 +2,7 @@
 // implementation lazily, so `arpo --help` needs neither the native addon nor
 // the datasets.
 import { Command, Option } from 'commander';
+import { ArpoError } from '../errors';
 import { describeOptions, loadConfig } from '../train/config';
 
 function collect(value: string, previous: string[]): string[] {
@@ -76,6 +77,23 @@ export function buildProgram(argv: readonly string[] = process.argv): Command {
     });
 
   program.addCommand((require('./init-model') as typeof import('./init-model')).initModelCommand());
+
+  program
+    .command('export')
+    .description('write a trained model directory in another format: gguf (llama.cpp and the tools built on it)')
+    .requiredOption('-m, --model <dir>', 'HF model directory (config.json, safetensors, tokenizer.json)')
+    .requiredOption('-o, --out <file>', 'output file, e.g. model.gguf')
+    .option('--format <format>', 'gguf', 'gguf')
+    .option('--dtype <dtype>', 'f32, or f16 (matrices; norms and biases stay f32)', 'f32')
+    .action((opts: { model: string; out: string; format: string; dtype: string }) => {
+      if (opts.format !== 'gguf') throw new ArpoError('INVALID_ARGUMENT', `export: --format ${JSON.stringify(opts.format)}: expected gguf`);
+      const { exportGguf } = require('../model/gguf') as typeof import('../model/gguf');
+      const r = exportGguf(opts.model, opts.out, { dtype: opts.dtype as 'f32' | 'f16' });
+      if (!r.textExact) {
+        process.stderr.write(`export: the tokenizer's pre-tokenizer has no llama.cpp name; tagged "default" (GPT-2's split): token ids, vocabulary and merges are exact, text may split differently in llama.cpp\n`);
+      }
+      process.stdout.write(`${JSON.stringify(r)}\n`);
+    });
 
   program
     .command('demo')
