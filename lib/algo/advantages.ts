@@ -199,6 +199,14 @@ export function getAdvantageEstimator(name: string): AdvantageEstimator {
   return fn;
 }
 
+/**
+ * Estimators whose advantage of a trajectory depends only on its own group's
+ * rewards, so a data-parallel rank can compute them from its prompts alone.
+ * Any other (reinforce++ whitens over the whole batch; a user estimator may
+ * too) is computed over the gathered global batch.
+ */
+export const PER_GROUP_ESTIMATORS: ReadonlySet<string> = new Set(['grpo', 'dr-grpo', 'rloo']);
+
 export function advantageEstimatorNames(): string[] {
   return [...estimators.keys()].sort();
 }

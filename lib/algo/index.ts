@@ -3,6 +3,7 @@ export {
   advantageEstimatorNames,
   computeAdvantages,
   drGrpo,
+  PER_GROUP_ESTIMATORS,
   getAdvantageEstimator,
   grpo,
   registerAdvantageEstimator,

@@ -149,6 +149,8 @@ export interface TreeAdvantageOptions extends EstimatorOptions {
   readonly estimator?: string;
   /** `soft` (default) or `hard`. */
   readonly attribution?: Attribution;
+  /** The leaves' advantages computed elsewhere (over a larger batch: data parallel); the estimator is then not run. */
+  readonly leafAdvantages?: Float64Array;
   readonly kernels?: TreeKernels;
 }
 
@@ -159,11 +161,12 @@ export function treeAdvantages(
   options: TreeAdvantageOptions = {},
 ): TreeAttributionResult & { readonly leafAdvantages: Float64Array } {
   validatePackedTrees(trees);
-  const leafAdvantages = computeAdvantages(
-    options.estimator ?? 'grpo',
-    { rewards: leafRewards, groups: leafGroups(trees), responseLengths: leafResponseLengths(trees) },
-    options,
-  );
+  if (options.leafAdvantages && options.leafAdvantages.length !== trees.leafNode.length) {
+    throw invalidArgument(`a Float64Array of ${trees.leafNode.length} leaf advantages`, 'options.leafAdvantages', options.leafAdvantages);
+  }
+  const leafAdvantages =
+    options.leafAdvantages ??
+    computeAdvantages(options.estimator ?? 'grpo', { rewards: leafRewards, groups: leafGroups(trees), responseLengths: leafResponseLengths(trees) }, options);
   const result = attributeTreeAdvantages(trees, leafAdvantages, options.attribution ?? 'soft', options.kernels ?? nativeTreeKernels());
   return { ...result, leafAdvantages };
 }

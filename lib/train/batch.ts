@@ -56,20 +56,26 @@ export async function scoreAndAttribute(
   reward: RewardFn,
   options: AttributionOptions,
 ): Promise<ScoredBatch> {
-  const trajectories = rollout.trees.flatMap((tree) => tree.trajectories());
+  return attributeScores(rollout, await scoreItems(rollout, examples, tokenizer, reward), options);
+}
+
+/** The first half of scoreAndAttribute: every leaf decoded and scored, tree by tree (advantages still 0). */
+export async function scoreItems(rollout: RolloutResult, examples: readonly DatasetExample[], tokenizer: Tokenizer, reward: RewardFn): Promise<ScoredTrajectory[]> {
   const items: ScoredTrajectory[] = [];
-  for (const t of trajectories) {
+  for (const t of rollout.trees.flatMap((tree) => tree.trajectories())) {
     const example = examples[t.prompt]!;
     const response = responseText(tokenizer, t);
     items.push({ trajectory: t, group: t.prompt, response, reward: await scoreResponse(reward, example, response), advantage: 0 });
   }
-  return attributeScores(rollout, items, options);
+  return items;
 }
 
 export interface AttributionOptions {
   estimator: string;
   attribution: Attribution;
   dynamicSampling: boolean;
+  /** The leaves' advantages computed over a larger batch (data parallel, batch-level estimators); the estimator is then not run here. */
+  leafAdvantages?: Float64Array;
 }
 
 /**
@@ -82,7 +88,7 @@ export function attributeScores(rollout: RolloutResult, items: ScoredTrajectory[
   const adv = treeAdvantages(
     packed,
     items.map((i) => i.reward.score),
-    { estimator: options.estimator, attribution: options.attribution },
+    { estimator: options.estimator, attribution: options.attribution, leafAdvantages: options.leafAdvantages },
   );
   items.forEach((item, l) => (item.advantage = adv.leafAdvantages[l]!));
 

@@ -29,7 +29,9 @@ import type { ToolRunner } from '../tools/runner';
 import type { Tokenizer } from '../model/tokenizer';
 import { rollout, type RolloutDeps, type RolloutResult } from '../rollout';
 import type { RewardFn } from '../reward';
-import { microBatches, rolloutStepMetrics, scoreAndAttribute, stepMetrics, summarizeItems, type ScoredTrajectory } from './batch';
+import { attributeScores, microBatches, rolloutStepMetrics, scoreAndAttribute, scoreItems, stepMetrics, summarizeItems, type ScoredTrajectory } from './batch';
+import { computeAdvantages, leafGroups, leafResponseLengths, PER_GROUP_ESTIMATORS } from '../algo';
+import { packTrees } from '../rollout';
 import { mergeRolloutMetrics } from '../rollout/metrics';
 import { Dist } from './dist';
 import { readLaunchEnv, threadsPerRank, type LaunchEnv } from './launch';
@@ -175,14 +177,29 @@ export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise
   }
 }
 
-/** What a data-parallel run cannot do (yet), as config errors naming the field. */
+/** What a data-parallel run cannot do, as config errors naming the field. */
 function checkDataParallel(cfg: RunConfig, world: number): void {
   if (cfg.train.batchPrompts < world) {
     throw new ArpoError('BAD_CONFIG', `train.batchPrompts: ${cfg.train.batchPrompts} prompts cannot be shared by ${world} ranks (every rank needs at least one)`);
   }
-  if (cfg.algorithm.estimator.startsWith('reinforce++')) {
-    throw new ArpoError('BAD_CONFIG', `algorithm.estimator: ${JSON.stringify(cfg.algorithm.estimator)} whitens over the whole batch, which a data-parallel run does not gather; use a per-prompt estimator (grpo, rloo, ...) or one process`);
-  }
+}
+
+/**
+ * Data parallel with an estimator that looks beyond a prompt's group
+ * (reinforce++ whitens over the whole batch): every rank's leaf rewards,
+ * groups and response lengths gathered in rank order (= the global batch's
+ * leaf order), the estimator run once over them, this rank's slice returned.
+ * Per-group estimators, and one process: undefined (computed locally).
+ */
+async function globalLeafAdvantages(dist: Dist, estimator: string, result: RolloutResult, items: readonly ScoredTrajectory[]): Promise<Float64Array | undefined> {
+  if (!dist.distributed || PER_GROUP_ESTIMATORS.has(estimator)) return undefined;
+  const packed = packTrees(result.trees);
+  const mine = { rewards: items.map((i) => i.reward.score), groups: leafGroups(packed).map((g) => `${dist.rank}:${g}`), lengths: leafResponseLengths(packed) };
+  const parts = await dist.allgather(mine);
+  const all = computeAdvantages(estimator, { rewards: parts.flatMap((p) => p.rewards), groups: parts.flatMap((p) => p.groups), responseLengths: parts.flatMap((p) => p.lengths) });
+  let offset = 0;
+  for (let r = 0; r < dist.rank; r++) offset += parts[r]!.rewards.length;
+  return all.slice(offset, offset + mine.rewards.length);
 }
 
 /**
@@ -298,10 +315,12 @@ async function trainRanks(cfg: RunConfig, options: TrainOptions, dist: Dist, lau
         fs.appendFileSync(path.join(runDir, 'rollout-trace.jsonl'), `${JSON.stringify(line)}\n`);
       }
       // ------------------------------------------------------------ rewards and advantages
-      const scored = await scoreAndAttribute(result, examples, tokenizer, reward, {
+      const items = await scoreItems(result, examples, tokenizer, reward);
+      const scored = attributeScores(result, items, {
         estimator: cfg.algorithm.estimator,
         attribution: cfg.algorithm.attribution,
         dynamicSampling: cfg.algorithm.dynamicSampling,
+        leafAdvantages: await globalLeafAdvantages(dist, cfg.algorithm.estimator, result, items),
       });
       const t0 = Date.now();
       const tree = cfg.train.packing === 'tree';
