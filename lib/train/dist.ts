@@ -51,6 +51,16 @@ export class Dist {
     return new Dist(env.rank, env.world, env.localWorld, g);
   }
 
+  /** Runs `fn` as this launch's rank (joining the group first) and leaves the group after it, whatever happens. */
+  static async run<T>(env: LaunchEnv, timeoutMs: number, fn: (dist: Dist) => Promise<T>): Promise<T> {
+    const dist = await Dist.open(env, timeoutMs);
+    try {
+      return await fn(dist);
+    } finally {
+      dist.close();
+    }
+  }
+
   get isRoot(): boolean {
     return this.rank === 0;
   }

@@ -8,6 +8,7 @@
 import { spawn } from 'child_process';
 import * as fs from 'fs';
 import * as net from 'net';
+import * as os from 'os';
 import * as path from 'path';
 import { ArpoError } from '../errors';
 
@@ -68,6 +69,11 @@ export function readLaunchEnv(env: Env = process.env): LaunchEnv {
 /** Compute threads for one rank: the machine's cores shared by the ranks on this node (at least 1). */
 export function threadsPerRank(cores: number, localWorld: number): number {
   return Math.max(1, Math.floor(cores / Math.max(1, localWorld)));
+}
+
+/** The model's threads in this process: model.threads when set (not 0), else, in a multi-rank run, this rank's share of the node's cores (0 = all cores otherwise). */
+export function modelThreads(configured: number, launch: LaunchEnv): number {
+  return configured === 0 && launch.world > 1 ? threadsPerRank(os.cpus().length, launch.localWorld) : configured;
 }
 
 /** `--nproc N` taken out of a command line (both `--nproc N` and `--nproc=N`). */

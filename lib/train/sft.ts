@@ -5,7 +5,6 @@
 // ` <result>\n...\n</result>` blocks are the tool results. Segments are
 // tokenised one by one and concatenated, as a rollout builds the sequence.
 import * as fs from 'fs';
-import * as os from 'os';
 import * as path from 'path';
 import { epochPermutation } from '../data';
 import { ArpoError, describeValue } from '../errors';
@@ -18,7 +17,7 @@ import { openRunCheckpoints } from './checkpoint';
 import { eosTokenIds, loadPolicy, optimizerSettings } from './setup';
 import { configHash } from './trainer';
 import { Dist } from './dist';
-import { readLaunchEnv, threadsPerRank, type LaunchEnv } from './launch';
+import { modelThreads, readLaunchEnv, type LaunchEnv } from './launch';
 
 export interface SftSegment {
   type: 'text' | 'tool_result';
@@ -216,12 +215,7 @@ export async function sft(cfg: RunConfig, options: SftOptions): Promise<SftSumma
   if (launch.world > cfg.sft.batchSequences) {
     throw new ArpoError('BAD_CONFIG', `sft.batchSequences: ${cfg.sft.batchSequences} sequences cannot be shared by ${launch.world} ranks (every rank needs at least one)`);
   }
-  const dist = await Dist.open(launch, cfg.train.distTimeoutS * 1000);
-  try {
-    return await sftRanks(cfg, options, dist, launch);
-  } finally {
-    dist.close();
-  }
+  return Dist.run(launch, cfg.train.distTimeoutS * 1000, (dist) => sftRanks(cfg, options, dist, launch));
 }
 
 async function sftRanks(cfg: RunConfig, options: SftOptions, dist: Dist, launch: LaunchEnv): Promise<SftSummary & { out: string }> {
@@ -236,7 +230,7 @@ async function sftRanks(cfg: RunConfig, options: SftOptions, dist: Dist, launch:
     return opened;
   });
   const tokenizerDir = cfg.model.tokenizer ?? modelPath;
-  const threads = dist.distributed && cfg.model.threads === 0 ? threadsPerRank(os.cpus().length, launch.localWorld) : cfg.model.threads;
+  const threads = modelThreads(cfg.model.threads, launch);
   const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : modelPath, { ...cfg, model: { ...cfg.model, threads, tokenizer: tokenizerDir } });
   try {
     await dist.attach(model);

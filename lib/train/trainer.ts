@@ -20,7 +20,6 @@
 //   (verl's default), with `train.oldLogprobs = rollout` to use the sampler's.
 import * as crypto from 'crypto';
 import * as fs from 'fs';
-import * as os from 'os';
 import * as path from 'path';
 import { ArpoError } from '../errors';
 import { epochPermutation, type DatasetExample, type SamplerState } from '../data';
@@ -34,7 +33,7 @@ import { computeAdvantages, leafGroups, leafResponseLengths, PER_GROUP_ESTIMATOR
 import { packTrees } from '../rollout';
 import { mergeRolloutMetrics } from '../rollout/metrics';
 import { Dist } from './dist';
-import { readLaunchEnv, threadsPerRank, type LaunchEnv } from './launch';
+import { modelThreads, readLaunchEnv, type LaunchEnv } from './launch';
 import { buildTrainTrees, recomputeTreeLogprobs, treeMicroBatches, treeTokenCounts } from './tree-batch';
 import { openRunCheckpoints } from './checkpoint';
 import type { RunConfig } from './config';
@@ -169,12 +168,7 @@ export async function validate(
 export async function train(cfg: RunConfig, options: TrainOptions = {}): Promise<TrainSummary> {
   const launch = options.launch ?? readLaunchEnv();
   if (launch.world > 1) checkDataParallel(cfg, launch.world);
-  const dist = await Dist.open(launch, cfg.train.distTimeoutS * 1000);
-  try {
-    return await trainRanks(cfg, options, dist, launch);
-  } finally {
-    dist.close();
-  }
+  return Dist.run(launch, cfg.train.distTimeoutS * 1000, (dist) => trainRanks(cfg, options, dist, launch));
 }
 
 /** What a data-parallel run cannot do, as config errors naming the field. */
@@ -250,7 +244,7 @@ async function trainRanks(cfg: RunConfig, options: TrainOptions, dist: Dist, lau
       throw new ArpoError('BAD_CONFIG', `train.batchPrompts: ${cfg.train.batchPrompts} exceeds the ${trainSet.size} examples of ${cfg.data.train}`);
     }
     // Ranks on one node share its cores unless model.threads says otherwise.
-    const threads = dist.distributed && cfg.model.threads === 0 ? threadsPerRank(os.cpus().length, launch.localWorld) : cfg.model.threads;
+    const threads = modelThreads(cfg.model.threads, launch);
     const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : cfg.model.path, {
       ...cfg,
       model: { ...cfg.model, threads, tokenizer: cfg.model.tokenizer ?? cfg.model.path },

@@ -1,7 +1,8 @@
 // The launch environment of a data-parallel run: torchrun's and Slurm's
 // variables, the single-process default, and every half-set launch an error
 // naming the variable and its value.
-import { readLaunchEnv, threadsPerRank } from '../../lib/train/launch';
+import * as os from 'os';
+import { modelThreads, readLaunchEnv, threadsPerRank } from '../../lib/train/launch';
 
 describe('readLaunchEnv', () => {
   test('nothing set: one process', () => {
@@ -42,5 +43,12 @@ describe('readLaunchEnv', () => {
     expect(threadsPerRank(2, 2)).toBe(1);
     expect(threadsPerRank(3, 8)).toBe(1);
     expect(threadsPerRank(7, 2)).toBe(3);
+  });
+
+  test('model threads: model.threads when set, else a rank\'s share of the cores in a multi-rank run, else 0 (all cores)', () => {
+    const two = readLaunchEnv({ RANK: '1', WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: 'h', MASTER_PORT: '29500' });
+    expect(modelThreads(3, two)).toBe(3);
+    expect(modelThreads(0, two)).toBe(threadsPerRank(os.cpus().length, 2));
+    expect(modelThreads(0, readLaunchEnv({}))).toBe(0);
   });
 });
