@@ -7,7 +7,7 @@ import { ArpoError, invalidArgument } from '../errors';
 import { loadNative } from '../native/loader';
 import { policyLossConfig, type PolicyLossKernelSettings } from '../native/kernels';
 import type { NativeGroupInstance, NativeModelAddon, NativeModelInstance, RawMicroBatch, RawModelConfig, RawOptimConfig, RawTrainMetrics, RawTreeMicroBatch } from '../native/types';
-import { checkInteger, checkNumber, checkOptions, toSeed } from '../native/validate';
+import { checkInteger, checkNumber, checkOptions, DEVICE_PATTERN, toSeed } from '../native/validate';
 import { parseModelConfig, readModelConfig, writeCheckpointDir, type ModelConfig } from './checkpoint';
 import type { DecodeResult, GenerationEngine, SamplingOptions } from './types';
 
@@ -17,6 +17,12 @@ const COMPUTE_DTYPES: readonly ComputeDType[] = ['float32', 'bfloat16', 'float64
 export interface PolicyModelOptions {
   /** Compute and parameter dtype (float32 default; float64 for gradient checks). */
   dtype?: ComputeDType;
+  /**
+   * Where the weights, KV cache, activations and optimiser state live: cpu
+   * (default), cuda or cuda:N. CUDA needs the addon built against a PyTorch
+   * with CUDA (`cudaBuild` in the addon); otherwise the model refuses to start.
+   */
+  device?: string;
   /** libtorch intra-op threads and kernel threads (0 = all cores). */
   threads?: number;
   /** Random-init seed (create only). */
@@ -266,13 +272,15 @@ export class PolicyModel implements GenerationEngine {
 
   private static construct(rawConfig: Record<string, unknown>, source: string, options: PolicyModelOptions | undefined): PolicyModel {
     const o = checkOptions(options, 'options');
-    checkOptionsKeys(o, 'options', ['dtype', 'threads', 'seed', 'blockSize', 'initialBlocks', 'maxBlocks', 'loadOptimizer', 'batchInvariant']);
+    checkOptionsKeys(o, 'options', ['dtype', 'device', 'threads', 'seed', 'blockSize', 'initialBlocks', 'maxBlocks', 'loadOptimizer', 'batchInvariant']);
+    if (o.device !== undefined && (typeof o.device !== 'string' || !DEVICE_PATTERN.test(o.device))) throw invalidArgument('cpu, cuda or cuda:N', 'options.device', o.device);
     if (o.batchInvariant !== undefined && typeof o.batchInvariant !== 'boolean') throw invalidArgument('a boolean', 'options.batchInvariant', o.batchInvariant);
     const config = parseModelConfig(rawConfig, source);
     const dtype = o.dtype ?? 'float32';
     if (!COMPUTE_DTYPES.includes(dtype)) throw invalidArgument(`one of ${COMPUTE_DTYPES.join(', ')}`, 'options.dtype', dtype);
     const nativeOptions = {
       dtype,
+      device: o.device ?? 'cpu',
       threads: o.threads === undefined ? 0 : checkInteger(o.threads, 'options.threads', 0, 1024),
       blockSize: o.blockSize === undefined ? 16 : checkInteger(o.blockSize, 'options.blockSize', 1, 65536),
       initialBlocks: o.initialBlocks === undefined ? 64 : checkInteger(o.initialBlocks, 'options.initialBlocks', 1),
@@ -555,7 +563,7 @@ export class PolicyModel implements GenerationEngine {
     this.sync('setThreads', (n) => n.setThreads(threads));
   }
 
-  info(): { dtype: string; numParameters: number; optimizerSteps: number; hasReference: boolean; threads: number; batchInvariant: boolean } {
+  info(): { dtype: string; device: string; numParameters: number; optimizerSteps: number; hasReference: boolean; threads: number; batchInvariant: boolean } {
     return this.sync('info', (n) => n.info());
   }
 

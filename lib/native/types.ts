@@ -127,6 +127,8 @@ export interface RawModelConfig {
 export interface RawModelOptions {
   /** Compute (and parameter) dtype. */
   dtype: 'float32' | 'bfloat16' | 'float64';
+  /** cpu (default), cuda or cuda:N. */
+  device?: string;
   /** libtorch intra-op threads and kernel threads; 0 = leave libtorch's default, kernels use every core. */
   threads: number;
   /** KV-cache block size in tokens, initial pool blocks, block limit (0 = grow without limit). */
@@ -225,6 +227,7 @@ export interface RawCacheStats {
 }
 export interface RawModelInfo {
   dtype: string;
+  device: string;
   numParameters: number;
   optimizerSteps: number;
   hasReference: boolean;
@@ -287,4 +290,8 @@ export interface NativeModelAddon {
   readonly NativeGroup?: new () => NativeGroupInstance;
   /** Built with c10d's Gloo backend (libgloo-dev): worlds of more than one rank work. */
   readonly hasGloo?: boolean;
+  /** Built against a libtorch with CUDA (and the arpo CUDA kernels): models may live on cuda:N. */
+  readonly cudaBuild?: boolean;
+  /** The libtorch version the addon was built against ("1.13.0", "2.11.0"). */
+  readonly torchVersion?: string;
 }

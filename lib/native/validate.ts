@@ -149,3 +149,6 @@ export async function callNativeAsync<R>(op: string, fn: () => Promise<R>): Prom
 }
 
 export type { LogitsArray };
+
+/** A model device: cpu, cuda or cuda:N (model.device, PolicyModel options.device). */
+export const DEVICE_PATTERN = /^(cpu|cuda(:\d{1,3})?)$/;

@@ -7,6 +7,7 @@ import * as path from 'path';
 import { z } from 'zod';
 import YAML from 'yaml';
 import { ArpoError, describeValue } from '../errors';
+import { DEVICE_PATTERN } from '../native/validate';
 
 interface OptionSpec {
   schema: z.ZodType;
@@ -27,6 +28,7 @@ export const OPTIONS = {
   // ---------------------------------------------------------------- model
   'model.path': opt(z.string().min(1).nullable(), null, 'Hugging Face model directory (config.json + safetensors) to start from'),
   'model.dtype': opt(z.enum(['float32', 'bfloat16', 'float64']), 'float32', 'Compute dtype (float64: for exactness checks)'),
+  'model.device': opt(z.string().regex(DEVICE_PATTERN, 'expected cpu, cuda or cuda:N'), 'cpu', 'Where the policy, its KV cache and optimiser state live: cpu, cuda or cuda:N (CUDA needs arpo built against a PyTorch with CUDA; with --nproc, cuda means each rank\'s own GPU)'),
   'model.threads': opt(int(0), 0, 'Intra-op CPU threads (0 = all cores)'),
   'model.tokenizer': opt(z.string().min(1).nullable(), null, 'Tokenizer directory (default: the model directory)'),
   // ---------------------------------------------------------------- data

@@ -76,6 +76,15 @@ export function modelThreads(configured: number, launch: LaunchEnv): number {
   return configured === 0 && launch.world > 1 ? threadsPerRank(os.cpus().length, launch.localWorld) : configured;
 }
 
+/**
+ * The model's device in this process: model.device, except that a bare
+ * "cuda" in a multi-rank run means this rank's GPU on its node
+ * (cuda:LOCAL_RANK), as torchrun users expect; "cuda:N" is kept as written.
+ */
+export function modelDevice(configured: string, launch: LaunchEnv): string {
+  return configured === 'cuda' && launch.world > 1 ? `cuda:${launch.localRank}` : configured;
+}
+
 /** `--nproc N` taken out of a command line (both `--nproc N` and `--nproc=N`). */
 export function withoutNproc(args: readonly string[]): string[] {
   const out: string[] = [];

@@ -142,7 +142,12 @@ export async function loadDataset(file: string, cfg: RunConfig, limit = 0): Prom
 /** The policy model of a run (an HF directory), with its tokenizer. */
 export async function loadPolicy(dir: string, cfg: RunConfig): Promise<{ model: PolicyModel; tokenizer: Tokenizer }> {
   if (!fs.existsSync(path.join(dir, 'config.json'))) throw new ArpoError('BAD_CONFIG', `model.path: ${dir} has no config.json`);
-  const model = await PolicyModel.load(dir, { dtype: cfg.model.dtype, threads: cfg.model.threads, batchInvariant: cfg.train.deterministic });
+  const model = await PolicyModel.load(dir, {
+    dtype: cfg.model.dtype,
+    device: cfg.model.device,
+    threads: cfg.model.threads,
+    batchInvariant: cfg.train.deterministic,
+  });
   const tokenizer = Tokenizer.fromDir(cfg.model.tokenizer ?? dir);
   return { model, tokenizer };
 }

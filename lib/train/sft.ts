@@ -17,7 +17,7 @@ import { openRunCheckpoints } from './checkpoint';
 import { eosTokenIds, loadPolicy, optimizerSettings } from './setup';
 import { configHash } from './trainer';
 import { Dist } from './dist';
-import { modelThreads, readLaunchEnv, type LaunchEnv } from './launch';
+import { modelDevice, modelThreads, readLaunchEnv, type LaunchEnv } from './launch';
 
 export interface SftSegment {
   type: 'text' | 'tool_result';
@@ -231,7 +231,7 @@ async function sftRanks(cfg: RunConfig, options: SftOptions, dist: Dist, launch:
   });
   const tokenizerDir = cfg.model.tokenizer ?? modelPath;
   const threads = modelThreads(cfg.model.threads, launch);
-  const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : modelPath, { ...cfg, model: { ...cfg.model, threads, tokenizer: tokenizerDir } });
+  const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : modelPath, { ...cfg, model: { ...cfg.model, threads, device: modelDevice(cfg.model.device, launch), tokenizer: tokenizerDir } });
   try {
     await dist.attach(model);
     const data = readSftData(sftData, tokenizer, { skipUngrounded: cfg.sft.skipUngrounded, systemPrompt: cfg.data.systemPrompt });

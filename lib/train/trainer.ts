@@ -33,7 +33,7 @@ import { computeAdvantages, leafGroups, leafResponseLengths, PER_GROUP_ESTIMATOR
 import { packTrees } from '../rollout';
 import { mergeRolloutMetrics } from '../rollout/metrics';
 import { Dist } from './dist';
-import { modelThreads, readLaunchEnv, type LaunchEnv } from './launch';
+import { modelDevice, modelThreads, readLaunchEnv, type LaunchEnv } from './launch';
 import { buildTrainTrees, recomputeTreeLogprobs, treeMicroBatches, treeTokenCounts } from './tree-batch';
 import { openRunCheckpoints } from './checkpoint';
 import type { RunConfig } from './config';
@@ -247,7 +247,7 @@ async function trainRanks(cfg: RunConfig, options: TrainOptions, dist: Dist, lau
     const threads = modelThreads(cfg.model.threads, launch);
     const { model, tokenizer } = await loadPolicy(latest ? path.join(latest.dir, 'model') : cfg.model.path, {
       ...cfg,
-      model: { ...cfg.model, threads, tokenizer: cfg.model.tokenizer ?? cfg.model.path },
+      model: { ...cfg.model, threads, device: modelDevice(cfg.model.device, launch), tokenizer: cfg.model.tokenizer ?? cfg.model.path },
     });
     opened = model;
     // A resumed run's KL reference is the run's initial policy, as in an uninterrupted run (not the checkpoint's weights).

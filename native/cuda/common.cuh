@@ -59,6 +59,7 @@ enum StatusCode : int32_t {
   kParent = 8,              // index n, value parent[n]
   kLeafNode = 9,            // index l, value leaf_node[l]
   kTokenSpan = 10,          // index n, value offset, extra count
+  kCopySum = 11,            // index t, value which copy-sum array (0..5), extra double bits of the value
 };
 
 __device__ inline void fail(Status* st, int32_t code, long long index, long long value, long long extra = 0) {

@@ -68,6 +68,12 @@ void policy_loss(PolicyLossResult* result, float* grad, float* logprobs, float* 
                  const int32_t* seq_ids, int64_t num_seqs, const float* ref_logprobs, const PolicyLossConfig& config,
                  void* stream);
 
+// 4b. The same loss over rows standing for several copies of one token
+// (kernels.h 4b): `sums` holds DEVICE arrays of T doubles each.
+void policy_loss_copies(PolicyLossResult* result, float* grad, float* logprobs, float* entropy, const Logits& logits,
+                        const int32_t* targets, const float* old_logprobs, const kernels::TokenCopySums& sums,
+                        int64_t num_seqs, const float* ref_logprobs, const PolicyLossConfig& config, void* stream);
+
 // 5. Tree advantage reduction and per-token expansion.
 void tree_reduce(float* node_sum, float* node_mean, int32_t* node_count, const int32_t* parent, int64_t N,
                  const int32_t* leaf_node, const float* leaf_adv, int64_t L, void* stream);

@@ -31,9 +31,10 @@ struct TokenTerms {
   double pg, kl, loss, clip, clip_lower, ppo_kl, ent;
 };
 
-// Batch-level values written by loss_prepare.
+// Batch-level values written by loss_prepare / copies_prepare.
 struct Batch {
-  double tokens;  // sum(mask)
+  double tokens;  // sum(mask), or sum(count) for copy rows
+  double inv_d;   // copy rows: 1 / the aggregation's denominator (0 when it is 0)
 };
 
 // ---- 1. validation, sum(mask), per-sequence mask sums and aggregation weights
@@ -114,10 +115,12 @@ struct LossParams {
   double grad_scale;
 };
 
-// Token terms and d loss / d logp, d loss / d H for one token (loss.cc).
-__device__ __forceinline__ void token_terms(const LossParams& P, double logp, double H, double A, double old_logp,
-                                            const float* ref_logprobs, int64_t t, double wt, TokenTerms* out,
-                                            double* coeff_logp, double* coeff_h) {
+// The clipped policy-gradient term of one token at advantage A and its
+// derivative in logp (loss.cc pg_term: the same composition, ties included).
+struct PgTerm {
+  double pg, dpg, clip, clip_lower, neg_kl;
+};
+__device__ __forceinline__ PgTerm pg_term(const LossParams& P, double A, double logp, double old_logp) {
   const double raw = logp - old_logp;
   const double neg_kl = fmin(20.0, fmax(-20.0, raw));
   const double dneg = (raw >= -20 && raw <= 20) ? 1.0 : 0.0;
@@ -128,31 +131,78 @@ __device__ __forceinline__ void token_terms(const LossParams& P, double logp, do
   // torch.maximum / minimum split the gradient in half on ties.
   const double clipped = fmax(pg1, pg2);
   const double dclipped = pg1 > pg2 ? d1 : (pg1 < pg2 ? d2 : 0.5 * (d1 + d2));
-  double pg = clipped, dpg = dclipped;
-  out->clip_lower = 0;
+  PgTerm out{clipped, dclipped, pg2 > pg1 ? 1.0 : 0.0, 0.0, neg_kl};
   if (P.dual_clip_c > 1.0f && A < 0) {
     const double pg3 = -A * P.dual_clip_c;
-    pg = fmin(pg3, clipped);
-    dpg = clipped < pg3 ? dclipped : (clipped > pg3 ? 0.0 : 0.5 * dclipped);
-    out->clip_lower = clipped > pg3 ? 1.0 : 0.0;
+    out.pg = fmin(pg3, clipped);
+    out.dpg = clipped < pg3 ? dclipped : (clipped > pg3 ? 0.0 : 0.5 * dclipped);
+    out.clip_lower = clipped > pg3 ? 1.0 : 0.0;
   }
-  out->clip = pg2 > pg1 ? 1.0 : 0.0;
-  out->ppo_kl = -neg_kl;
-  double kl = 0, dkl = 0;
-  if (ref_logprobs) kl_penalty(P.kl_type, logp, ref_logprobs[t], &kl, &dkl);
-  out->pg = pg;
-  out->kl = kl;
-  out->loss = pg + P.kl_coef * kl - P.entropy_coef * H;
-  *coeff_logp = wt * P.grad_scale * (dpg + P.kl_coef * dkl);
-  *coeff_h = wt * P.grad_scale * -static_cast<double>(P.entropy_coef);
+  return out;
 }
 
+// How a row's terms (already weighted for the final sum) and its gradient
+// coefficients d loss / d logp, d loss / d H follow from its log-prob and
+// entropy. A rule leaves *out zero for a row that does not count.
+//
+// FlatRule: one token per row (policy_loss; loss.cc's per-token terms, then
+// weighted as its reduction weights them: w_t for loss and pg, the mask for
+// the metrics; masked tokens contribute no terms, which may be -inf).
+struct FlatRule {
+  LossParams P;
+  const float* advantages;
+  const float* old_logprobs;
+  const float* ref_logprobs;
+  const float* mask;
+  const double* w;
+  __device__ void operator()(int64_t t, double logp, double H, TokenTerms* out, double* coeff_logp,
+                             double* coeff_h) const {
+    const double wt = w[t], A = advantages[t];
+    const PgTerm g = pg_term(P, A, logp, old_logprobs[t]);
+    double kl = 0, dkl = 0;
+    if (ref_logprobs) kl_penalty(P.kl_type, logp, ref_logprobs[t], &kl, &dkl);
+    *coeff_logp = wt * P.grad_scale * (g.dpg + P.kl_coef * dkl);
+    *coeff_h = wt * P.grad_scale * -static_cast<double>(P.entropy_coef);
+    const double mt = mask[t];
+    if (mt == 0) return;
+    const double loss = g.pg + P.kl_coef * kl - P.entropy_coef * H;
+    *out = TokenTerms{wt * g.pg, mt * kl, wt * loss, mt * g.clip, mt * g.clip_lower, mt * -g.neg_kl, mt * H};
+  }
+};
+
+// CopiesRule: a row standing for several copies of one token (policy_loss_copies;
+// loss.cc: the clipped term at A = +1 and A = -1 scaled by the signed copy sums).
+struct CopiesRule {
+  LossParams P;
+  const float* old_logprobs;  // null: ratio 1
+  const float* ref_logprobs;
+  kernels::TokenCopySums sums;
+  const uint8_t* live;
+  const Batch* batch;
+  __device__ void operator()(int64_t t, double logp, double H, TokenTerms* out, double* coeff_logp,
+                             double* coeff_h) const {
+    if (!live[t]) return;
+    const double inv_d = batch->inv_d;
+    const double old = old_logprobs ? static_cast<double>(old_logprobs[t]) : logp;
+    const PgTerm up = pg_term(P, 1.0, logp, old), down = pg_term(P, -1.0, logp, old);
+    const double sp = sums.adv_pos[t] * inv_d, sn = -sums.adv_neg[t] * inv_d, wt = sums.weight[t] * inv_d;
+    double kl = 0, dkl = 0;
+    if (ref_logprobs) kl_penalty(P.kl_type, logp, ref_logprobs[t], &kl, &dkl);
+    const double pg = sp * up.pg + sn * down.pg;
+    const double ct = sums.count[t];
+    *out = TokenTerms{pg, ct * kl, pg + wt * (P.kl_coef * kl - P.entropy_coef * H),
+                      sums.count_pos[t] * up.clip + sums.count_neg[t] * down.clip, sums.count_neg[t] * down.clip_lower,
+                      ct * -up.neg_kl, ct * H};
+    *coeff_logp = P.grad_scale * (sp * up.dpg + sn * down.dpg + wt * P.kl_coef * dkl);
+    *coeff_h = P.grad_scale * wt * -static_cast<double>(P.entropy_coef);
+  }
+};
+
 // ---- 2. one row per cluster: statistics, token terms, gradient slice.
-template <typename T>
+template <typename T, typename Rule>
 __global__ void __launch_bounds__(1024) loss_rows(TokenTerms* terms, float* grad, float* logprobs, float* entropy,
-                                                  const T* logits, const int32_t* targets, const float* old_logprobs,
-                                                  const float* advantages, const float* ref_logprobs, const double* w,
-                                                  int64_t V, LossParams P, int cluster, const Status* status) {
+                                                  const T* logits, const int32_t* targets, int64_t V, float inv_t,
+                                                  int cluster, const Status* status, Rule rule) {
   __shared__ Online scratch[33];
   __shared__ Online slot;
   __shared__ float s_zt;
@@ -162,7 +212,6 @@ __global__ void __launch_bounds__(1024) loss_rows(TokenTerms* terms, float* grad
   const int64_t t = blockIdx.x / cluster;
   const int rank = static_cast<int>(blockIdx.x % cluster);
   const T* row = logits + t * V;
-  const float inv_t = P.inv_t;
   const int32_t tg = targets[t];
   // Read the target logit before the cluster barrier: after it, the block
   // owning that element may overwrite it (grad aliasing the logits).
@@ -189,11 +238,10 @@ __global__ void __launch_bounds__(1024) loss_rows(TokenTerms* terms, float* grad
     const float zt = s_zt;
     double logp = 0;
     if (tg >= 0) logp = (zt == kNegInf || acc.m == kNegInf) ? -HUGE_VAL : static_cast<double>(zt) - lse;
-    TokenTerms tt{0, 0, 0, 0, 0, 0, H};
+    TokenTerms tt{0, 0, 0, 0, 0, 0, 0};
     double coeff_logp = 0, coeff_h = 0;
-    if (tg >= 0) token_terms(P, logp, H, advantages[t], old_logprobs[t], ref_logprobs, t, w[t], &tt, &coeff_logp, &coeff_h);
+    if (tg >= 0) rule(t, logp, H, &tt, &coeff_logp, &coeff_h);
     if (rank == 0) {
-      tt.ent = H;
       terms[t] = tt;
       if (logprobs) logprobs[t] = static_cast<float>(logp);
       if (entropy) entropy[t] = static_cast<float>(H);
@@ -238,23 +286,21 @@ __global__ void __launch_bounds__(1024) loss_rows(TokenTerms* terms, float* grad
       [&](float x, int64_t j) { __stcs(g + j, grad_of(x, j)); });
 }
 
-// ---- 3. deterministic reduction of the token terms (one block, double).
-__global__ void __launch_bounds__(1024) loss_reduce(double* out, const TokenTerms* terms, const double* w,
-                                                    const float* mask, int64_t T, const Status* status) {
+// ---- 3. deterministic reduction of the (already weighted) token terms (one block, double).
+__global__ void __launch_bounds__(1024) loss_reduce(double* out, const TokenTerms* terms, int64_t T,
+                                                    const Status* status) {
   __shared__ double scratch[33];
   if (status->code != kOk) return;
   double acc[7] = {0, 0, 0, 0, 0, 0, 0};
   for (int64_t t = threadIdx.x; t < T; t += blockDim.x) {
-    const double mt = mask[t];
-    if (mt == 0) continue;  // masked tokens may hold -inf terms; 0 * inf would be NaN
     const TokenTerms& x = terms[t];
-    acc[0] += w[t] * x.loss;
-    acc[1] += w[t] * x.pg;
-    acc[2] += mt * x.clip;
-    acc[3] += mt * x.clip_lower;
-    acc[4] += mt * x.ppo_kl;
-    acc[5] += mt * x.ent;
-    acc[6] += mt * x.kl;
+    acc[0] += x.loss;
+    acc[1] += x.pg;
+    acc[2] += x.clip;
+    acc[3] += x.clip_lower;
+    acc[4] += x.ppo_kl;
+    acc[5] += x.ent;
+    acc[6] += x.kl;
   }
 #pragma unroll
   for (int i = 0; i < 7; ++i) {
@@ -263,12 +309,46 @@ __global__ void __launch_bounds__(1024) loss_reduce(double* out, const TokenTerm
   }
 }
 
+// ---- 1b. copy rows: validation of the sums, live rows, sum(count) and the denominator.
+__global__ void __launch_bounds__(1024) copies_prepare(Batch* batch, uint8_t* live, const int32_t* targets,
+                                                       kernels::TokenCopySums sums, int64_t T, int64_t V,
+                                                       int aggregation, double denominator, double norm_constant,
+                                                       int64_t num_seqs, Status* status) {
+  __shared__ double scratch[33];
+  double tokens = 0;
+  for (int64_t t = threadIdx.x; t < T; t += blockDim.x) {
+    const double v[6] = {sums.adv_pos[t], sums.adv_neg[t], sums.weight[t],
+                         sums.count_pos[t], sums.count_neg[t], sums.count[t]};
+    for (int i = 0; i < 6; ++i) {
+      const bool ok = isfinite(v[i]) && (i == 1 ? v[i] <= 0 : v[i] >= 0);
+      if (!ok) fail(status, kCopySum, t, i, __double_as_longlong(v[i]));
+    }
+    const bool lv = v[0] != 0 || v[1] != 0 || v[2] != 0 || v[5] != 0;
+    live[t] = lv ? 1 : 0;
+    const int32_t tg = targets[t];
+    if (tg >= V || (tg < 0 && lv)) fail(status, kLossTarget, t, tg, lv ? 1 : 0);
+    tokens += v[5];
+  }
+  tokens = block_sum(tokens, scratch);
+  if (threadIdx.x == 0) {
+    double D = denominator;
+    if (D == 0) {
+      const Aggregation agg = static_cast<Aggregation>(aggregation);
+      D = agg == Aggregation::TokenMean ? tokens
+          : agg == Aggregation::SeqMeanTokenSumNorm ? norm_constant
+                                                    : static_cast<double>(num_seqs);
+    }
+    batch->tokens = tokens;
+    batch->inv_d = D != 0 ? 1.0 / D : 0.0;
+  }
+}
+
 std::string num(double v) { return std::to_string(v); }
 std::string n(long long v) { return std::to_string(v); }
 
-void check_config(const PolicyLossConfig& c) {
+void check_config(const PolicyLossConfig& c, const char* name) {
   auto finite = [](double v) { return std::isfinite(v); };
-  const std::string op = "policy_loss (cuda): ";
+  const std::string op = std::string(name) + " (cuda): ";
   if (!finite(c.clip_low) || c.clip_low < 0) throw Error(op + "clip_low must be finite and >= 0, got " + num(c.clip_low));
   if (!finite(c.clip_high) || c.clip_high < 0) throw Error(op + "clip_high must be finite and >= 0, got " + num(c.clip_high));
   if (!finite(c.dual_clip_c)) throw Error(op + "dual_clip_c must be finite (<= 1 disables), got " + num(c.dual_clip_c));
@@ -303,6 +383,66 @@ RowLaunch loss_geometry(int64_t V, size_t elem_bytes, const char* op) {
   return g;
 }
 
+// loss_rows over every row of `logits` with `rule`, f32 or bf16.
+template <typename Rule>
+void launch_loss_rows(TokenTerms* terms, float* grad, float* logprobs, float* entropy, const Logits& logits,
+                      const int32_t* targets, float inv_t, cudaStream_t stream, const Status* status, const Rule& rule,
+                      const char* op) {
+  const bool f32 = logits.dtype == kernels::DType::F32;
+  const RowLaunch g = loss_geometry(logits.vocab, f32 ? 4 : 2, op);
+  if (f32)
+    launch_rows(loss_rows<float, Rule>, logits.rows, g, stream, op, "loss_rows<f32>", terms, grad, logprobs, entropy,
+                static_cast<const float*>(logits.data), targets, logits.vocab, inv_t, g.cluster, status, rule);
+  else
+    launch_rows(loss_rows<uint16_t, Rule>, logits.rows, g, stream, op, "loss_rows<bf16>", terms, grad, logprobs, entropy,
+                static_cast<const uint16_t*>(logits.data), targets, logits.vocab, inv_t, g.cluster, status, rule);
+}
+
+// Results and status back to the host (synchronising the stream); throws the
+// CPU kernel's message for a rejected call.
+void finish_loss(PolicyLossResult* result, const double* out, const Batch* batch, Status* status, int64_t V,
+                 double grad_scale, cudaStream_t stream, const char* op) {
+  double host[8] = {0};
+  Batch hb{};
+  check(cudaMemcpyAsync(host, out, sizeof(double) * 7, cudaMemcpyDeviceToHost, stream), op, "cudaMemcpyAsync (result)");
+  check(cudaMemcpyAsync(&hb, batch, sizeof hb, cudaMemcpyDeviceToHost, stream), op, "cudaMemcpyAsync (batch)");
+  const Status st = read_status(status, stream, op);
+  const std::string o = std::string(op) + " (cuda): ";
+  if (st.code == kMaskNotFinite) {
+    const uint32_t bits = static_cast<uint32_t>(st.value);
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    throw Error(o + "mask[" + n(st.index) + "] = " + num(v) + " is not finite");
+  }
+  if (st.code == kCopySum) {
+    static const char* names[6] = {"adv_pos", "adv_neg", "weight", "count_pos", "count_neg", "count"};
+    const uint64_t bits = static_cast<uint64_t>(st.extra);
+    double v;
+    std::memcpy(&v, &bits, sizeof v);
+    const int which = static_cast<int>(st.value);
+    throw Error(o + names[which] + "[" + n(st.index) + "] = " + num(v) + " must be " +
+                (which == 1 ? "finite and <= 0" : "finite and >= 0"));
+  }
+  if (st.code == kLossTarget)
+    throw Error(o + "targets[" + n(st.index) + "] = " + n(st.value) + " is outside [0, " + n(V) + ")" +
+                (st.value < 0 ? (std::strcmp(op, "policy_loss") == 0 ? " where mask is not 0" : " where the copy sums are not 0")
+                              : ""));
+  if (st.code == kSeqId)
+    throw Error(o + "seq_ids[" + n(st.index) + "] = " + n(st.value) + " is outside [0, " + n(st.extra) + ")");
+  if (st.code != kOk) throw Error(o + "device reported status " + n(st.code));
+  const double tokens = hb.tokens;
+  result->loss = host[0] * grad_scale;
+  result->pg_loss = host[1];
+  result->tokens = tokens;
+  if (tokens != 0) {
+    result->pg_clipfrac = host[2] / tokens;
+    result->pg_clipfrac_lower = host[3] / tokens;
+    result->ppo_kl = host[4] / tokens;
+    result->entropy = host[5] / tokens;
+    result->kl = host[6] / tokens;
+  }
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -313,7 +453,7 @@ void policy_loss(PolicyLossResult* result, float* grad, float* logprobs, float* 
   using namespace detail;
   const char* op = "policy_loss";
   kernels::detail::check_logits(logits, "policy_loss (cuda)");
-  check_config(cfg);
+  check_config(cfg, op);
   if (!result) throw Error("policy_loss (cuda): result is null");
   *result = PolicyLossResult{};
   const int64_t T = logits.rows, V = logits.vocab;
@@ -354,46 +494,60 @@ void policy_loss(PolicyLossResult* result, float* grad, float* logprobs, float* 
   check_launch(op, "loss_prepare");
   LossParams P{cfg.clip_low, cfg.clip_high, cfg.dual_clip_c, cfg.kl_coef, cfg.entropy_coef, 1.0f / cfg.temperature,
                static_cast<int>(cfg.kl_type), static_cast<double>(cfg.grad_scale)};
-  const bool f32 = logits.dtype == kernels::DType::F32;
-  const RowLaunch g = loss_geometry(V, f32 ? 4 : 2, op);
-  if (f32)
-    launch_rows(loss_rows<float>, T, g, stream, op, "loss_rows<f32>", terms, grad, logprobs, entropy,
-                static_cast<const float*>(logits.data), targets, old_logprobs, advantages, ref_logprobs,
-                static_cast<const double*>(w), V, P, g.cluster, static_cast<const Status*>(status));
-  else
-    launch_rows(loss_rows<uint16_t>, T, g, stream, op, "loss_rows<bf16>", terms, grad, logprobs, entropy,
-                static_cast<const uint16_t*>(logits.data), targets, old_logprobs, advantages, ref_logprobs,
-                static_cast<const double*>(w), V, P, g.cluster, static_cast<const Status*>(status));
-  loss_reduce<<<1, 1024, 0, stream>>>(out, terms, w, mask, T, status);
+  const FlatRule rule{P, advantages, old_logprobs, ref_logprobs, mask, w};
+  launch_loss_rows(terms, grad, logprobs, entropy, logits, targets, P.inv_t, stream, status, rule, op);
+  loss_reduce<<<1, 1024, 0, stream>>>(out, terms, T, status);
   check_launch(op, "loss_reduce");
-  double host[8] = {0};
-  Batch hb{};
-  check(cudaMemcpyAsync(host, out, sizeof(double) * 7, cudaMemcpyDeviceToHost, stream), op, "cudaMemcpyAsync (result)");
-  check(cudaMemcpyAsync(&hb, batch, sizeof hb, cudaMemcpyDeviceToHost, stream), op, "cudaMemcpyAsync (batch)");
-  const Status st = read_status(status, stream, op);
-  if (st.code == kMaskNotFinite) {
-    const uint32_t bits = static_cast<uint32_t>(st.value);
-    float v;
-    std::memcpy(&v, &bits, sizeof v);
-    throw Error("policy_loss (cuda): mask[" + n(st.index) + "] = " + num(v) + " is not finite");
+  finish_loss(result, out, batch, status, V, cfg.grad_scale, stream, op);
+}
+
+void policy_loss_copies(PolicyLossResult* result, float* grad, float* logprobs, float* entropy, const Logits& logits,
+                        const int32_t* targets, const float* old_logprobs, const kernels::TokenCopySums& sums,
+                        int64_t num_seqs, const float* ref_logprobs, const PolicyLossConfig& cfg, void* stream_ptr) {
+  using namespace detail;
+  const char* op = "policy_loss_copies";
+  kernels::detail::check_logits(logits, "policy_loss_copies (cuda)");
+  check_config(cfg, op);
+  if (!result) throw Error("policy_loss_copies (cuda): result is null");
+  if (grad && logits.dtype == kernels::DType::BF16 && static_cast<const void*>(grad) == logits.data)
+    throw Error("policy_loss_copies (cuda): grad cannot alias bf16 logits (it is float32)");
+  *result = PolicyLossResult{};
+  const int64_t T = logits.rows, V = logits.vocab;
+  if (T == 0) return;
+  if (!targets || !sums.adv_pos || !sums.adv_neg || !sums.weight || !sums.count_pos || !sums.count_neg || !sums.count)
+    throw Error("policy_loss_copies (cuda): targets and every copy-sum array are required (T = " + n(T) + ")");
+  if (cfg.kl_coef != 0 && !ref_logprobs)
+    throw Error("policy_loss_copies (cuda): kl_coef = " + num(cfg.kl_coef) + " needs ref_logprobs");
+  const Aggregation agg = cfg.aggregation;
+  if (cfg.denominator == 0) {
+    if (agg == Aggregation::SeqMeanTokenSumNorm && !(cfg.norm_constant > 0))
+      throw Error("policy_loss_copies (cuda): norm_constant must be > 0 for seq-mean-token-sum-norm, got " + num(cfg.norm_constant));
+    if ((agg == Aggregation::SeqMeanTokenMean || agg == Aggregation::SeqMeanTokenSum) && num_seqs < 1)
+      throw Error("policy_loss_copies (cuda): num_seqs must be >= 1 for seq-mean aggregations, got " + n(num_seqs));
   }
-  if (st.code == kLossTarget)
-    throw Error("policy_loss (cuda): targets[" + n(st.index) + "] = " + n(st.value) + " is outside [0, " + n(V) + ")" +
-                (st.value < 0 ? " where mask is not 0" : ""));
-  if (st.code == kSeqId)
-    throw Error("policy_loss (cuda): seq_ids[" + n(st.index) + "] = " + n(st.value) + " is outside [0, " + n(st.extra) + ")");
-  if (st.code != kOk) throw Error("policy_loss (cuda): device reported status " + n(st.code));
-  const double tokens = hb.tokens;
-  result->loss = host[0] * cfg.grad_scale;
-  result->pg_loss = host[1];
-  result->tokens = tokens;
-  if (tokens != 0) {
-    result->pg_clipfrac = host[2] / tokens;
-    result->pg_clipfrac_lower = host[3] / tokens;
-    result->ppo_kl = host[4] / tokens;
-    result->entropy = host[5] / tokens;
-    result->kl = host[6] / tokens;
-  }
+
+  // Workspace: status | batch | results | live (T bytes) | terms (T).
+  const size_t o_batch = kStatusBytes, o_out = o_batch + aligned(sizeof(Batch)), o_live = o_out + aligned(8 * sizeof(double));
+  const size_t o_terms = o_live + aligned(static_cast<size_t>(T));
+  const size_t total = o_terms + aligned(sizeof(TokenTerms) * static_cast<size_t>(T));
+  const cudaStream_t stream = as_stream(stream_ptr);
+  char* ws = workspace(total, o_live, stream, op);  // zeroes status, batch and results
+  auto* status = reinterpret_cast<Status*>(ws);
+  auto* batch = reinterpret_cast<Batch*>(ws + o_batch);
+  auto* out = reinterpret_cast<double*>(ws + o_out);
+  auto* live = reinterpret_cast<uint8_t*>(ws + o_live);
+  auto* terms = reinterpret_cast<TokenTerms*>(ws + o_terms);
+
+  copies_prepare<<<1, 1024, 0, stream>>>(batch, live, targets, sums, T, V, static_cast<int>(agg), cfg.denominator,
+                                         cfg.norm_constant, num_seqs, status);
+  check_launch(op, "copies_prepare");
+  LossParams P{cfg.clip_low, cfg.clip_high, cfg.dual_clip_c, cfg.kl_coef, cfg.entropy_coef, 1.0f / cfg.temperature,
+               static_cast<int>(cfg.kl_type), static_cast<double>(cfg.grad_scale)};
+  const CopiesRule rule{P, old_logprobs, ref_logprobs, sums, live, batch};
+  launch_loss_rows(terms, grad, logprobs, entropy, logits, targets, P.inv_t, stream, status, rule, op);
+  loss_reduce<<<1, 1024, 0, stream>>>(out, terms, T, status);
+  check_launch(op, "loss_reduce");
+  finish_loss(result, out, batch, status, V, cfg.grad_scale, stream, op);
 }
 
 }  // namespace cuda

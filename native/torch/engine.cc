@@ -2,6 +2,8 @@
 // sequence scoring (see engine.h for the slot layout and the contracts).
 #include "torch/engine.h"
 
+#include "torch/device.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -13,8 +15,9 @@ namespace model {
 
 // ---------------------------------------------------------------- KVCache
 
-KVCache::KVCache(int64_t layers, int64_t kv_heads, int64_t head_dim, at::ScalarType dtype, Options options)
-    : layers_(layers), kv_heads_(kv_heads), head_dim_(head_dim), dtype_(dtype), options_(options) {
+KVCache::KVCache(int64_t layers, int64_t kv_heads, int64_t head_dim, at::ScalarType dtype, Options options,
+                 at::Device device)
+    : layers_(layers), kv_heads_(kv_heads), head_dim_(head_dim), dtype_(dtype), options_(options), device_(device) {
   if (options_.block_size < 1) throw ModelError("expected a positive block_size but received " + std::to_string(options_.block_size));
   if (options_.initial_blocks < 1) options_.initial_blocks = 1;
   if (options_.max_blocks < 0) throw ModelError("expected max_blocks >= 0 but received " + std::to_string(options_.max_blocks));
@@ -38,7 +41,7 @@ void KVCache::grow(int64_t min_free) {
     throw ModelError("KV cache exhausted: " + std::to_string(have) + " blocks of " + std::to_string(options_.block_size) +
                      " tokens in use and max_blocks is " + std::to_string(options_.max_blocks) +
                      " (free paths, or raise max_blocks)");
-  const auto opts = at::TensorOptions().dtype(dtype_);
+  const auto opts = at::TensorOptions().dtype(dtype_).device(device_);
   for (int64_t l = 0; l < layers_; ++l) {
     at::Tensor k = at::zeros({want, options_.block_size, kv_heads_, head_dim_}, opts);
     at::Tensor v = at::zeros({want, options_.block_size, kv_heads_, head_dim_}, opts);
@@ -207,8 +210,7 @@ void score_rows(float* logprobs, float* entropies, const Model& model, const at:
   for (int64_t a = 0; a < R; a += chunk) {
     const int64_t b = std::min(R, a + chunk);
     at::Tensor logits = model.logits(hidden_rows.slice(0, a, b)).to(at::kFloat).contiguous();
-    kernels::Logits L{logits.data_ptr<float>(), kernels::DType::F32, b - a, V};
-    kernels::logits_stats(nullptr, entropies + a, nullptr, logprobs + a, L, targets + a, temperature, threads);
+    dispatch::logits_stats(logprobs + a, entropies + a, logits, targets + a, temperature, threads);
   }
 }
 
@@ -221,7 +223,8 @@ TokenStats score_sequences(const Model& model, const PackedSequences& packed, fl
   if (R == 0) return out;
   at::Tensor hidden = model.forward_hidden(packed.ids, packed.positions, packed_causal_attention(packed.offsets));
   std::vector<float> lp(R), ent(R);
-  score_rows(lp.data(), ent.data(), model, hidden.index_select(0, packed.rows), packed.targets.data(), temperature, threads);
+  score_rows(lp.data(), ent.data(), model, hidden.index_select(0, packed.rows.to(hidden.device())), packed.targets.data(),
+             temperature, threads);
   for (int64_t r = 0; r < R; ++r) {
     out.logprobs[packed.target_index[r]] = lp[r];
     out.entropies[packed.target_index[r]] = ent[r];
@@ -234,7 +237,7 @@ TokenStats score_sequences(const Model& model, const PackedSequences& packed, fl
 Engine::Engine(const Model& model, KVCache::Options options, int32_t threads)
     : model_(model),
       cache_(model.config().num_hidden_layers, model.config().num_key_value_heads, model.config().head_dim,
-             model.dtype(), options),
+             model.dtype(), options, model.device()),
       threads_(threads) {}
 
 at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::vector<std::vector<int32_t>>& inputs) {
@@ -263,53 +266,68 @@ at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::v
   }
   for (int64_t i = 0; i < P; ++i) cache_.reserve(paths[i], static_cast<int64_t>(inputs[i].size()));
 
-  // Pack new tokens; record where each path's rows are and its slots.
-  at::Tensor ids = at::empty({N}, at::kLong), positions = at::empty({N}, at::kLong);
-  at::Tensor write_slots = at::empty({N}, at::kLong);
-  std::vector<int64_t> row_begin(P), past(P);
-  at::Tensor last_rows = at::empty({P}, at::kLong);
-  int64_t r = 0;
-  for (int64_t i = 0; i < P; ++i) {
-    const int64_t len = cache_.length(paths[i]), n = static_cast<int64_t>(inputs[i].size());
-    row_begin[i] = r;
-    past[i] = len;
-    cache_.slots(paths[i], len, len + n, write_slots.data_ptr<int64_t>() + r);
-    for (int64_t j = 0; j < n; ++j, ++r) {
-      ids.data_ptr<int64_t>()[r] = inputs[i][j];
-      positions.data_ptr<int64_t>()[r] = len + j;
-    }
-    last_rows.data_ptr<int64_t>()[i] = r - 1;
-  }
-
+  // Everything the step indexes with goes to the device in one int64 block
+  // (a view of host memory on the CPU): for the N new tokens their ids,
+  // positions and cache slots; per path its last row and, for sampling, its
+  // stream and position; per decode path its row, context length and
+  // context slots (B x max_ctx); per prefill path its context slots.
   // Single-token (decode) paths attend as one padded batch; multi-token
   // (prefill) paths one by one, each over its own cached context (every path
   // so when batch-invariant: a padded softmax sums in another order).
-  std::vector<int64_t> decode, prefill;
-  int64_t max_ctx = 0;
-  for (int64_t i = 0; i < P; ++i) {
+  std::vector<int64_t> row_begin(P), past(P), decode, prefill;
+  int64_t max_ctx = 0, prefill_total = 0;
+  for (int64_t i = 0, r = 0; i < P; ++i) {
+    row_begin[i] = r;
+    past[i] = cache_.length(paths[i]);
+    r += static_cast<int64_t>(inputs[i].size());
     if (inputs[i].size() == 1 && !batch_invariant_) {
       decode.push_back(i);
       max_ctx = std::max(max_ctx, past[i] + 1);
     } else {
       prefill.push_back(i);
+      prefill_total += past[i] + static_cast<int64_t>(inputs[i].size());
     }
   }
   const int64_t B = static_cast<int64_t>(decode.size());
-  at::Tensor decode_rows = at::empty({B}, at::kLong), decode_slots = at::zeros({B, max_ctx}, at::kLong);
-  at::Tensor decode_pad = at::ones({B, max_ctx}, at::kBool);
+  const int64_t o_ids = 0, o_pos = N, o_write = 2 * N, o_last = 3 * N, o_stream = o_last + P, o_spos = o_stream + P;
+  const int64_t o_drows = o_spos + P, o_dlen = o_drows + B, o_dslots = o_dlen + B, o_pslots = o_dslots + B * max_ctx;
+  at::Tensor block = at::zeros({o_pslots + prefill_total}, at::kLong);
+  int64_t* h = block.data_ptr<int64_t>();
+  for (int64_t i = 0; i < P; ++i) {
+    const int64_t len = past[i], n = static_cast<int64_t>(inputs[i].size()), r0 = row_begin[i];
+    cache_.slots(paths[i], len, len + n, h + o_write + r0);
+    for (int64_t j = 0; j < n; ++j) {
+      h[o_ids + r0 + j] = inputs[i][j];
+      h[o_pos + r0 + j] = len + j;
+    }
+    h[o_last + i] = r0 + n - 1;
+    h[o_stream + i] = static_cast<int64_t>(cache_.stream(paths[i]));
+    h[o_spos + i] = len + n;  // the sampled token's position
+  }
   for (int64_t b = 0; b < B; ++b) {
     const int64_t i = decode[b];
-    decode_rows.data_ptr<int64_t>()[b] = row_begin[i];
-    cache_.slots(paths[i], 0, past[i] + 1, decode_slots.data_ptr<int64_t>() + b * max_ctx);
-    decode_pad[b].slice(0, 0, past[i] + 1).fill_(false);
+    h[o_drows + b] = row_begin[i];
+    h[o_dlen + b] = past[i] + 1;
+    cache_.slots(paths[i], 0, past[i] + 1, h + o_dslots + b * max_ctx);
   }
-  std::vector<at::Tensor> prefill_slots;
+  std::vector<int64_t> prefill_at, prefill_len;  // where each prefill path's context slots sit in the block
   for (int64_t i : prefill) {
-    const int64_t total = past[i] + static_cast<int64_t>(inputs[i].size());
-    at::Tensor s = at::empty({total}, at::kLong);
-    cache_.slots(paths[i], 0, total, s.data_ptr<int64_t>());
-    prefill_slots.push_back(s);
+    prefill_at.push_back(prefill_at.empty() ? o_pslots : prefill_at.back() + prefill_len.back());
+    prefill_len.push_back(past[i] + static_cast<int64_t>(inputs[i].size()));
+    cache_.slots(paths[i], 0, prefill_len.back(), h + prefill_at.back());
   }
+  const at::Tensor dev = block.to(model_.device());  // the one host-to-device copy (none on the CPU)
+  const at::Tensor ids = dev.slice(0, o_ids, o_ids + N), positions = dev.slice(0, o_pos, o_pos + N);
+  const at::Tensor write_slots = dev.slice(0, o_write, o_write + N), last_rows = dev.slice(0, o_last, o_last + P);
+  sample_streams_ = dev.slice(0, o_stream, o_stream + P);
+  sample_positions_ = dev.slice(0, o_spos, o_spos + P);
+  const at::Tensor decode_rows = dev.slice(0, o_drows, o_drows + B);
+  const at::Tensor decode_slots = dev.slice(0, o_dslots, o_dslots + B * max_ctx).view({B, max_ctx});
+  // pad[b][j]: context position j lies beyond decode path b's length.
+  const at::Tensor decode_pad =
+      at::arange(max_ctx, dev.options()).unsqueeze(0) >= dev.slice(0, o_dlen, o_dlen + B).unsqueeze(1);
+  std::vector<at::Tensor> prefill_slots;
+  for (size_t j = 0; j < prefill.size(); ++j) prefill_slots.push_back(dev.slice(0, prefill_at[j], prefill_at[j] + prefill_len[j]));
 
   const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim, G = H / KVH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
@@ -352,20 +370,13 @@ DecodeResult Engine::extend(const std::vector<int32_t>& paths, const std::vector
                             const kernels::SamplingParams& sampling) {
   at::Tensor logits = extend_logits(paths, inputs);
   const int64_t P = static_cast<int64_t>(paths.size());
-  std::vector<uint64_t> streams(P);
-  std::vector<int64_t> positions(P);
-  for (int64_t i = 0; i < P; ++i) {
-    streams[i] = cache_.stream(paths[i]);
-    positions[i] = cache_.length(paths[i]);
-  }
   DecodeResult out;
   out.tokens.resize(P);
   out.logprobs.resize(P);
   out.entropies.resize(P);
   out.norm_entropies.resize(P);
-  kernels::Logits L{logits.data_ptr<float>(), kernels::DType::F32, P, model_.config().vocab_size};
-  kernels::sample_tokens(out.tokens.data(), out.logprobs.data(), out.entropies.data(), out.norm_entropies.data(), L,
-                         streams.data(), positions.data(), sampling, threads_);
+  dispatch::sample_tokens(out.tokens.data(), out.logprobs.data(), out.entropies.data(), out.norm_entropies.data(), logits,
+                          sample_streams_, sample_positions_, sampling, threads_);
   return out;
 }
 

@@ -37,7 +37,9 @@ class KVCache {
     int64_t tokens = 0;           // sum of live path lengths
   };
 
-  KVCache(int64_t layers, int64_t kv_heads, int64_t head_dim, at::ScalarType dtype, Options options);
+  // The pools live on `device` (the model's).
+  KVCache(int64_t layers, int64_t kv_heads, int64_t head_dim, at::ScalarType dtype, Options options,
+          at::Device device = at::Device(at::kCPU));
 
   int32_t new_path(uint64_t stream);
   // A path sharing `parent`'s first `prefix` positions: refcounts only; the
@@ -77,6 +79,7 @@ class KVCache {
   int64_t layers_, kv_heads_, head_dim_;
   at::ScalarType dtype_;
   Options options_;
+  at::Device device_;
   std::vector<at::Tensor> k_, v_;  // per layer (num_blocks, block_size, kv_heads, head_dim)
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_blocks_;
@@ -132,12 +135,15 @@ class Engine {
   void set_batch_invariant(bool on) { batch_invariant_ = on; }
   bool batch_invariant() const { return batch_invariant_; }
 
-  // Appends inputs[i] to paths[i], then returns the float32 logits (P, V) of
-  // each path's last position. All new tokens go through the linear layers
-  // as one packed batch; attention reads each path's cached K/V.
+  // Appends inputs[i] to paths[i], then returns the float32 logits (P, V), on
+  // the model's device, of each path's last position. All new tokens go
+  // through the linear layers as one packed batch; attention reads each
+  // path's cached K/V. The step's index data (token ids, positions, cache
+  // slots, block tables) reaches the device in one host-to-device copy.
   at::Tensor extend_logits(const std::vector<int32_t>& paths, const std::vector<std::vector<int32_t>>& inputs);
-  // extend_logits, then kernels::sample_tokens keyed by (seed, stream of the
-  // path, path length after the append).
+  // extend_logits, then the sampler (dispatch::sample_tokens) keyed by
+  // (seed, stream of the path, path length after the append); its results
+  // come back in one device-to-host copy.
   DecodeResult extend(const std::vector<int32_t>& paths, const std::vector<std::vector<int32_t>>& inputs,
                       const kernels::SamplingParams& sampling);
 
@@ -146,6 +152,9 @@ class Engine {
   KVCache cache_;
   int32_t threads_;
   bool batch_invariant_ = false;
+  // Each path's sampling stream and position for the last extend_logits call:
+  // views of that call's index block, on the device.
+  at::Tensor sample_streams_, sample_positions_;
 };
 
 }  // namespace model

@@ -136,8 +136,9 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   at::Tensor kt = k.permute({1, 2, 0});  // (KVH, D, Lk)
   at::Tensor scores = at::matmul(qg, kt).mul(scale).view({KVH, G, n, Lk});
   // mask[i][j] = key j lies after query i's absolute position.
-  at::Tensor qpos = at::arange(q_offset, q_offset + n, at::kLong).unsqueeze(1);
-  at::Tensor kpos = at::arange(0, Lk, at::kLong).unsqueeze(0);
+  const auto index = q.options().dtype(at::kLong);
+  at::Tensor qpos = at::arange(q_offset, q_offset + n, index).unsqueeze(1);
+  at::Tensor kpos = at::arange(0, Lk, index).unsqueeze(0);
   scores = scores.masked_fill(kpos > qpos, -std::numeric_limits<double>::infinity());
   at::Tensor probs = at::softmax(scores, -1, accum_dtype(q.scalar_type())).to(q.scalar_type());
   at::Tensor out = at::matmul(probs.view({KVH, G * n, Lk}), v.permute({1, 0, 2}));  // (KVH, G*n, D)
@@ -156,7 +157,8 @@ AttentionFn packed_causal_attention(std::vector<int64_t> offsets) {
   };
 }
 
-Model::Model(ModelConfig config, at::ScalarType dtype) : config_(std::move(config)), dtype_(dtype) {
+Model::Model(ModelConfig config, at::ScalarType dtype, at::Device device)
+    : config_(std::move(config)), dtype_(dtype), device_(device) {
   config_.validate();
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kDouble)
     throw ModelError(std::string("unsupported model dtype ") + c10::toString(dtype));
@@ -191,11 +193,11 @@ Model::Model(ModelConfig config, at::ScalarType dtype) : config_(std::move(confi
   add("model.norm.weight", {Hd}, true);
   if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, Hd}, false);
   bind();
-  inv_freq_ = rope_inv_freq(c);  // parameters start at zero: init_weights or load_tensors fills them
+  inv_freq_ = rope_inv_freq(c).to(device_);  // parameters start at zero: init_weights or load_tensors fills them
 }
 
 at::Tensor& Model::add(const std::string& name, std::vector<int64_t> shape, bool is_norm) {
-  params_.emplace_back(name, at::zeros(shape, at::TensorOptions().dtype(dtype_)));
+  params_.emplace_back(name, at::zeros(shape, at::TensorOptions().dtype(dtype_).device(device_)));
   is_norm_.push_back(is_norm);
   return params_.back().second;
 }
@@ -284,7 +286,7 @@ void Model::load_tensors(const NamedTensors& tensors) {
 }
 
 Model Model::clone(at::ScalarType dtype) const {
-  Model m(config_, dtype);
+  Model m(config_, dtype, device_);
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) m.params_[i].second.copy_(params_[i].second);
   return m;
@@ -338,10 +340,11 @@ at::Tensor Model::forward_hidden(const at::Tensor& ids, const at::Tensor& positi
                                  const AttentionFn& attention, bool batch_invariant) const {
   const ModelConfig& c = config_;
   const int64_t N = ids.size(0);
+  const at::Tensor pos = positions.to(device_);  // the same tensor when already there
   auto linear = [batch_invariant](const at::Tensor& x, const at::Tensor& W, const at::Tensor& b) {
     return batch_invariant ? invariant_linear(x, W, b) : at::linear(x, W, b);
   };
-  at::Tensor x = at::embedding(embed_, ids);  // (N, hidden)
+  at::Tensor x = at::embedding(embed_, ids.to(device_));  // (N, hidden)
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& L = layers_[l];
     at::Tensor h = rms_norm(x, L.input_norm);
@@ -352,8 +355,8 @@ at::Tensor Model::forward_hidden(const at::Tensor& ids, const at::Tensor& positi
       q = rms_norm(q, L.q_norm);
       k = rms_norm(k, L.k_norm);
     }
-    q = apply_rope(q, positions);
-    k = apply_rope(k, positions);
+    q = apply_rope(q, pos);
+    k = apply_rope(k, pos);
     at::Tensor a = attention(l, q, k, v);
     x = x + linear(a, L.o_w, L.o_b);
     h = rms_norm(x, L.post_norm);

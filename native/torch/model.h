@@ -98,10 +98,13 @@ at::Tensor invariant_linear(const at::Tensor& x, const at::Tensor& W, const at::
 
 class Model {
  public:
-  Model(ModelConfig config, at::ScalarType dtype);
+  // Parameters (and everything the engine and trainer derive from them: KV
+  // cache, activations, optimiser state) live on `device` (device.h).
+  Model(ModelConfig config, at::ScalarType dtype, at::Device device = at::Device(at::kCPU));
 
   const ModelConfig& config() const { return config_; }
   at::ScalarType dtype() const { return dtype_; }
+  const at::Device& device() const { return device_; }
 
   // normal(0, initializer_range) for matrices and embeddings, 0 for biases,
   // 1 for norms; drawn in float32 from `seed` and then cast, so a seed gives
@@ -114,13 +117,15 @@ class Model {
   // name must be present with the config's shape; `lm_head.weight` of a tied
   // model and rotary `inv_freq` buffers are ignored; other extra names throw.
   void load_tensors(const NamedTensors& tensors);
-  // Deep copy (e.g. the frozen reference policy), optionally in another dtype.
+  // Deep copy (e.g. the frozen reference policy), optionally in another dtype,
+  // on the same device.
   Model clone(at::ScalarType dtype) const;
   void set_requires_grad(bool requires_grad);
   int64_t num_parameters() const;
 
   // Hidden states before the final norm, (N, hidden), for packed token ids
-  // (N) at absolute positions (N); both int64 CPU tensors. batch_invariant:
+  // (N) at absolute positions (N); both int64, on the model's device or the
+  // host (then copied over). batch_invariant:
   // every linear layer through invariant_linear (each row's numbers
   // independent of the others; norms, RoPE and activations are row-wise).
   at::Tensor forward_hidden(const at::Tensor& ids, const at::Tensor& positions, const AttentionFn& attention,
@@ -151,11 +156,12 @@ class Model {
 
   ModelConfig config_;
   at::ScalarType dtype_;
+  at::Device device_;
   NamedTensors params_;
   std::vector<bool> is_norm_;
   std::vector<Layer> layers_;
   at::Tensor embed_, final_norm_, lm_head_;
-  at::Tensor inv_freq_;  // (D/2) float64, scaling applied
+  at::Tensor inv_freq_;  // (D/2) float64 on the device, scaling applied
 };
 
 // `config`'s inverse RoPE frequencies 1 / theta^(2i/D), i < D/2, float64, with

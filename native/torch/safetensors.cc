@@ -133,7 +133,7 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(const_cast<uint8_t*>(map_), file_size_);
 }
 
-torch::Tensor SafetensorsFile::load(const std::string& name, c10::optional<torch::ScalarType> dtype) const {
+torch::Tensor SafetensorsFile::load(const std::string& name, std::optional<torch::ScalarType> dtype) const {
   const auto it = tensors_.find(name);
   if (it == tensors_.end()) throw tensor_error(path_, name, "not in this file");
   const TensorInfo& info = it->second;
@@ -148,7 +148,7 @@ torch::Tensor SafetensorsFile::load(const std::string& name, c10::optional<torch
 // ------------------------------------------------------------------ checkpoint
 void visit_checkpoint(const std::string& dir,
                       const std::function<void(const std::string& name, const torch::Tensor& tensor)>& visit,
-                      c10::optional<torch::ScalarType> dtype) {
+                      std::optional<torch::ScalarType> dtype) {
   const std::string single = join_path(dir, "model.safetensors");
   const std::string index_path = join_path(dir, "model.safetensors.index.json");
   if (file_exists(single)) {
@@ -175,7 +175,7 @@ void visit_checkpoint(const std::string& dir,
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> load_checkpoint(const std::string& dir,
-                                                                   c10::optional<torch::ScalarType> dtype) {
+                                                                   std::optional<torch::ScalarType> dtype) {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   visit_checkpoint(dir, [&](const std::string& name, const torch::Tensor& t) { out.emplace_back(name, t); }, dtype);
   return out;

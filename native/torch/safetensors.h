@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -43,7 +44,7 @@ class SafetensorsFile {
 
   // Copies tensor `name` out of the mapping into a new CPU tensor, converted
   // to `dtype` when given (e.g. BF16 on disk -> float32). Throws when absent.
-  torch::Tensor load(const std::string& name, c10::optional<torch::ScalarType> dtype = c10::nullopt) const;
+  torch::Tensor load(const std::string& name, std::optional<torch::ScalarType> dtype = std::nullopt) const;
 
  private:
   SafetensorsFile() = default;
@@ -59,14 +60,14 @@ class SafetensorsFile {
 // shards named by `model.safetensors.index.json` ("weight_map": {tensor:
 // file}). Sorted by name; converted to `dtype` when given.
 std::vector<std::pair<std::string, torch::Tensor>> load_checkpoint(
-    const std::string& dir, c10::optional<torch::ScalarType> dtype = c10::nullopt);
+    const std::string& dir, std::optional<torch::ScalarType> dtype = std::nullopt);
 
 // The same tensors, one at a time, in name order: `visit(name, tensor)` gets
 // each as it is copied out, so a caller that copies into its own parameters
 // holds one checkpoint tensor at a time instead of the whole checkpoint.
 void visit_checkpoint(const std::string& dir,
                       const std::function<void(const std::string& name, const torch::Tensor& tensor)>& visit,
-                      c10::optional<torch::ScalarType> dtype = c10::nullopt);
+                      std::optional<torch::ScalarType> dtype = std::nullopt);
 
 // Writes tensors (any device/layout; copied to contiguous CPU) as one
 // safetensors file, names sorted, header padded with spaces to a multiple of

@@ -2,6 +2,8 @@
 // state, LR schedule, gradient accumulation and clipping (see trainer.h).
 #include "torch/trainer.h"
 
+#include "torch/device.h"
+
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <chrono>
@@ -34,8 +36,7 @@ struct FusedPolicyLoss : public torch::autograd::Function<FusedPolicyLoss> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor logits, const LossArgs* args) {
     const int64_t R = logits.size(0), V = logits.size(1);
     TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.is_contiguous(), "fused loss needs contiguous float32 logits");
-    float* buffer = logits.data_ptr<float>();
-    kernels::Logits L{buffer, kernels::DType::F32, R, V};
+    (void)V;
     kernels::PolicyLossConfig cfg = args->config;
     const std::vector<float>* old_lp = args->old_logprobs;
     std::vector<float> ones, current;
@@ -43,8 +44,7 @@ struct FusedPolicyLoss : public torch::autograd::Function<FusedPolicyLoss> {
       // Ratio 1 everywhere: old logprobs are the current ones and A = 1, so the
       // kernel's gradient is -d ratio/d z = -d logp/d z, the NLL gradient.
       current.assign(R, 0.0f);
-      kernels::logits_stats(nullptr, nullptr, nullptr, current.data(), L, args->targets->data(), cfg.temperature,
-                            args->threads);
+      dispatch::logits_stats(current.data(), nullptr, logits, args->targets->data(), cfg.temperature, args->threads);
       ones.assign(R, 1.0f);
       old_lp = &current;
       cfg.kl_coef = 0;
@@ -54,8 +54,9 @@ struct FusedPolicyLoss : public torch::autograd::Function<FusedPolicyLoss> {
     const float* adv = args->mode == LossMode::SFT ? ones.data() : args->advantages->data();
     const float* ref = args->ref_logprobs->empty() ? nullptr : args->ref_logprobs->data();
     std::vector<float> logprobs(R);
-    kernels::policy_loss(args->result, buffer, logprobs.data(), nullptr, L, args->targets->data(), old_lp->data(), adv,
-                         args->mask->data(), args->seq_ids->data(), args->num_seqs, ref, cfg, args->threads);
+    // The logits become d loss / d logits in place.
+    dispatch::policy_loss(args->result, logprobs.data(), logits, args->targets->data(), old_lp->data(), adv,
+                          args->mask->data(), args->seq_ids->data(), args->num_seqs, ref, cfg, args->threads);
     if (args->mode == LossMode::SFT) {
       double nll = 0;
       for (int64_t r = 0; r < R; ++r) nll -= static_cast<double>((*args->mask)[r]) * logprobs[r];
@@ -98,13 +99,11 @@ struct ChunkedHeadLoss : public torch::autograd::Function<ChunkedHeadLoss> {
       const int64_t b = std::min(R, a + chunk);
       at::Tensor xc = x.slice(0, a, b);
       at::Tensor logits = at::linear(xc, W).to(at::kFloat).contiguous();  // (b - a, V)
-      kernels::Logits L{logits.data_ptr<float>(), kernels::DType::F32, b - a, V};
       kernels::TokenCopySums sums{in.adv_pos.data() + a, in.adv_neg.data() + a, in.weight.data() + a,
                                   in.count_pos.data() + a, in.count_neg.data() + a, in.count.data() + a};
       kernels::PolicyLossResult r;
-      kernels::policy_loss_copies(&r, logits.data_ptr<float>(), nullptr, nullptr, L, in.targets.data() + a,
-                                  at_row(in.old_logprobs, a), sums, in.num_seqs, at_row(in.ref_logprobs, a),
-                                  args->config, args->threads);
+      dispatch::policy_loss_copies(&r, logits, in.targets.data() + a, at_row(in.old_logprobs, a), sums, in.num_seqs,
+                                   at_row(in.ref_logprobs, a), args->config, args->threads);
       at::Tensor g = logits.to(x.scalar_type());  // d loss / d logits of the chunk (in place of the logits)
       gx.slice(0, a, b).copy_(at::mm(g, W));
       gW.addmm_(g.t(), xc);
@@ -223,8 +222,9 @@ AdamW::AdamW(const NamedTensors& params) {
   at::NoGradGuard no_grad;
   for (const auto& [name, p] : params) {
     names_.push_back(name);
-    exp_avg_.push_back(at::zeros(p.sizes(), at::TensorOptions().dtype(moment_dtype(p))));
-    exp_avg_sq_.push_back(at::zeros(p.sizes(), at::TensorOptions().dtype(moment_dtype(p))));
+    const auto moments = at::TensorOptions().dtype(moment_dtype(p)).device(p.device());  // on the parameter's device
+    exp_avg_.push_back(at::zeros(p.sizes(), moments));
+    exp_avg_sq_.push_back(at::zeros(p.sizes(), moments));
     master_.push_back(low_precision(p) ? p.detach().to(at::kFloat).contiguous() : at::Tensor());
   }
 }
@@ -342,7 +342,7 @@ void allreduce_grads(dist::Group* g, const NamedTensors& params, double* seconds
     if (bucket.empty()) return;
     std::vector<at::Tensor> flat;
     for (size_t i : bucket) flat.push_back(params[i].second.grad().reshape({-1}));
-    std::vector<at::Tensor> buf{at::cat(flat)};
+    std::vector<at::Tensor> buf{at::cat(flat).to(at::kCPU)};  // Gloo reduces host memory (a no-op on the CPU)
     g->allreduce_sum(buf);
     int64_t off = 0;
     for (size_t i : bucket) {
@@ -387,10 +387,14 @@ void finish_step(Model& model, AdamW& optimizer, const OptimConfig& optim, Train
   const NamedTensors& params = model.named_tensors();
   at::NoGradGuard no_grad;
   allreduce_grads(group, params, &m.comm_seconds);
-  double sq = 0;
-  for (const auto& [name, p] : params)
-    if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
-  m.grad_norm = std::sqrt(sq);
+  // Squares summed in float64 in parameter order on the device, read back once.
+  at::Tensor sq;
+  for (const auto& [name, p] : params) {
+    if (!p.grad().defined()) continue;
+    at::Tensor s = p.grad().to(at::kDouble).pow(2).sum();
+    sq = sq.defined() ? sq + s : s;
+  }
+  m.grad_norm = sq.defined() ? std::sqrt(sq.item<double>()) : 0.0;
   m.lr = scheduled_lr(optim, optimizer.steps());
   if (!std::isfinite(m.grad_norm)) {
     m.skipped = true;  // as verl: a non-finite gradient skips the update
@@ -485,7 +489,7 @@ TrainMetrics train_step(Model& model, AdamW& optimizer, const std::vector<MicroB
       }
     }
     at::Tensor hidden = model.forward_hidden(pk.ids, pk.positions, packed_causal_attention(pk.offsets));
-    at::Tensor logits = model.logits(hidden.index_select(0, pk.rows)).to(at::kFloat).contiguous();
+    at::Tensor logits = model.logits(hidden.index_select(0, pk.rows.to(hidden.device()))).to(at::kFloat).contiguous();
     kernels::PolicyLossResult res;
     at::Tensor loss = fused_policy_loss(logits, pk.targets, old_lp, adv, mask, pk.seq_of_row,
                                         static_cast<int64_t>(mb.lengths.size()), ref_lp, loss_config, mode, threads, &res);
@@ -585,7 +589,7 @@ TrainMetrics train_tree_step(Model& model, AdamW& optimizer, const std::vector<T
     }
     at::Tensor hidden = model.forward_hidden(pk.ids, pk.positions, tree_attention(pk));
     at::Tensor row_t = at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, at::kLong).clone();
-    at::Tensor x = model.final_norm(hidden.index_select(0, row_t));
+    at::Tensor x = model.final_norm(hidden.index_select(0, row_t.to(hidden.device())));
     kernels::PolicyLossResult res;
     at::Tensor loss = chunked_head_loss(x, model.lm_head_weight(), in, loss_config, chunk_rows, threads, &res);
     loss.backward();
@@ -601,9 +605,14 @@ void broadcast_parameters(Model& model, dist::Group& group, int root) {
   std::vector<at::Tensor> tensors;
   for (const auto& [name, p] : model.named_tensors()) {
     if (!p.is_contiguous()) throw ModelError("broadcast_parameters: parameter " + name + " is not contiguous");
-    tensors.push_back(p);
+    tensors.push_back(p.device().is_cpu() ? p : p.to(at::kCPU));  // Gloo broadcasts host memory
   }
   group.broadcast(tensors, root);
+  size_t i = 0;
+  for (const auto& [name, p] : model.named_tensors()) {
+    if (!p.device().is_cpu()) p.copy_(tensors[i]);
+    ++i;
+  }
 }
 
 }  // namespace model

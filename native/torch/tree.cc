@@ -130,7 +130,7 @@ AttentionFn tree_attention(const PackedTree& tree) {
     for (const auto& c : chains)
       outs.push_back(causal_attention(gather_runs(q, c.queries), gather_runs(k, c.keys), gather_runs(v, c.keys), c.q_offset));
     at::Tensor out = outs.size() == 1 ? outs[0] : at::cat(outs, 0);
-    return order.defined() ? out.index_select(0, order) : out;
+    return order.defined() ? out.index_select(0, order.to(out.device())) : out;
   };
 }
 
@@ -158,7 +158,8 @@ TokenStats score_tree(const Model& model, const PackedTree& tree, float temperat
   at::Tensor hidden = model.forward_hidden(tree.ids, tree.positions, tree_attention(tree));
   at::Tensor row_t = at::from_blob(rows.data(), {R}, at::kLong).clone();
   std::vector<float> lp(R), ent(R);
-  score_rows(lp.data(), ent.data(), model, hidden.index_select(0, row_t), targets.data(), temperature, threads);
+  score_rows(lp.data(), ent.data(), model, hidden.index_select(0, row_t.to(hidden.device())), targets.data(), temperature,
+             threads);
   for (int64_t r = 0; r < R; ++r) {
     out.logprobs[index[r]] = lp[r];
     out.entropies[index[r]] = ent[r];

@@ -2,7 +2,7 @@
 // variables, the single-process default, and every half-set launch an error
 // naming the variable and its value.
 import * as os from 'os';
-import { modelThreads, readLaunchEnv, threadsPerRank } from '../../lib/train/launch';
+import { modelDevice, modelThreads, readLaunchEnv, threadsPerRank } from '../../lib/train/launch';
 
 describe('readLaunchEnv', () => {
   test('nothing set: one process', () => {
@@ -50,5 +50,13 @@ describe('readLaunchEnv', () => {
     expect(modelThreads(3, two)).toBe(3);
     expect(modelThreads(0, two)).toBe(threadsPerRank(os.cpus().length, 2));
     expect(modelThreads(0, readLaunchEnv({}))).toBe(0);
+  });
+
+  test('model device: a bare cuda is each rank\'s own GPU in a multi-rank run; cpu and cuda:N stay as written', () => {
+    const second = readLaunchEnv({ RANK: '3', WORLD_SIZE: '4', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: 'h', MASTER_PORT: '1' });
+    expect(modelDevice('cuda', second)).toBe('cuda:1');
+    expect(modelDevice('cuda:0', second)).toBe('cuda:0');
+    expect(modelDevice('cpu', second)).toBe('cpu');
+    expect(modelDevice('cuda', readLaunchEnv({}))).toBe('cuda');
   });
 });

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "napi/torch/group.h"
+#include "torch/compat.h"
+#include "torch/device.h"
 #include "torch/engine.h"
 #include "torch/fork_guard.h"
 #include "torch/model.h"
@@ -272,7 +274,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
                        });
   }
 
-  // new NativeModel(config, { dtype, threads, blockSize, initialBlocks, maxBlocks })
+  // new NativeModel(config, { dtype, device?, threads, blockSize, initialBlocks, maxBlocks })
   explicit NativeModel(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NativeModel>(info) {
     Napi::Env env = info.Env();
     if (info.Length() < 2 || !info[0].IsObject() || !info[1].IsObject())
@@ -281,6 +283,8 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
       model::ModelConfig config = read_config(info[0].As<Napi::Object>());
       Napi::Object opts = info[1].As<Napi::Object>();
       const at::ScalarType dtype = model::parse_dtype(str(opts, "dtype"));
+      const at::Device device = opts.Get("device").IsUndefined() ? at::Device(at::kCPU)
+                                                                 : model::parse_device(str(opts, "device"), "options.device");
       state_ = std::make_shared<ModelState>();
       state_->threads = static_cast<int32_t>(num_or(opts, "threads", 0));
       if (state_->threads > 0) at::set_num_threads(state_->threads);
@@ -288,7 +292,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
       kv.block_size = static_cast<int64_t>(num_or(opts, "blockSize", 16));
       kv.initial_blocks = static_cast<int64_t>(num_or(opts, "initialBlocks", 64));
       kv.max_blocks = static_cast<int64_t>(num_or(opts, "maxBlocks", 0));
-      state_->model = std::make_unique<Model>(config, dtype);
+      state_->model = std::make_unique<Model>(config, dtype, device);
       state_->engine = std::make_unique<Engine>(*state_->model, kv, state_->threads);
     } catch (const Napi::Error&) {
       throw;
@@ -692,6 +696,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
     Napi::Object o = Napi::Object::New(env);
     sync(env, [&](ModelState& s) {
       o.Set("dtype", model::dtype_name(s.model->dtype()));
+      o.Set("device", model::device_name(s.model->device()));
       o.Set("numParameters", static_cast<double>(s.model->num_parameters()));
       o.Set("optimizerSteps", static_cast<double>(s.optimizer ? s.optimizer->steps() : 0));
       o.Set("hasReference", s.reference != nullptr);
@@ -721,6 +726,8 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
 void InitTorch(Napi::Env env, Napi::Object exports) {
   model::install_fork_guard();
   exports.Set("NativeModel", NativeModel::Define(env));
+  exports.Set("cudaBuild", Napi::Boolean::New(env, model::cuda_build()));
+  exports.Set("torchVersion", Napi::String::New(env, compat::torch_version()));
   InitDist(env, exports);
 }
 

@@ -318,6 +318,98 @@ void test_loss_errors() {
   CHECK_THROWS(call(), "clip_low must be finite and >= 0");
 }
 
+// ---------------------------------------------------------------- 3b. policy_loss_copies
+// Rows standing for several copies: random signed copy sums (a third of the
+// rows all-zero context, some with target -1), with and without old
+// log-probs, vs the CPU kernel.
+void test_loss_copies(int64_t T, int64_t V, DType dt, arpo::kernels::PolicyLossConfig cfg, bool with_old, int64_t S,
+                      const char* what) {
+  TestLogits lg(T, V, dt, random_logits(T, V, 2.0f, true));
+  std::vector<int32_t> targets(T);
+  std::vector<float> old_lp(T), ref_lp(T), cur(T);
+  std::vector<double> ap(T), an(T), w(T), cp(T), cn(T), ct(T);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(V - 1));
+  std::uniform_int_distribution<int> copies(1, 6);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int64_t t = 0; t < T; ++t) targets[t] = tok(rng);
+  arpo::kernels::logits_stats(nullptr, nullptr, nullptr, cur.data(), lg.host(), targets.data(), cfg.temperature, 1);
+  for (int64_t t = 0; t < T; ++t) {
+    old_lp[t] = std::isfinite(cur[t]) ? cur[t] + 0.4f * static_cast<float>(normal(rng)) : -5.0f;
+    ref_lp[t] = std::isfinite(cur[t]) ? cur[t] + 0.3f * static_cast<float>(normal(rng)) : -5.0f;
+    if (t % 3 == 1) {  // context row
+      if (t % 2) targets[t] = -1;
+      continue;
+    }
+    const int d = copies(rng);
+    for (int i = 0; i < d; ++i) {
+      const double wi = 1.0 / (1 + i), Ai = normal(rng), mi = 1.0;
+      (Ai > 0 ? ap[t] : an[t]) += wi * Ai;
+      (Ai > 0 ? cp[t] : cn[t]) += mi;
+      w[t] += wi;
+      ct[t] += mi;
+    }
+  }
+  const arpo::kernels::TokenCopySums host{ap.data(), an.data(), w.data(), cp.data(), cn.data(), ct.data()};
+  arpo::kernels::PolicyLossResult ref{}, out{};
+  std::vector<float> grad_ref(T * V), lp_ref(T), ent_ref(T);
+  arpo::kernels::policy_loss_copies(&ref, grad_ref.data(), lp_ref.data(), ent_ref.data(), lg.host(), targets.data(),
+                                    with_old ? old_lp.data() : nullptr, host, S, ref_lp.data(), cfg, 1);
+  Dev<int32_t> d_t(targets);
+  Dev<float> d_old(old_lp), d_ref(ref_lp), d_lp(T), d_ent(T), d_grad(T * V);
+  Dev<double> d_ap(ap), d_an(an), d_w(w), d_cp(cp), d_cn(cn), d_ct(ct);
+  const arpo::kernels::TokenCopySums dev{d_ap.p, d_an.p, d_w.p, d_cp.p, d_cn.p, d_ct.p};
+  arpo::cuda::policy_loss_copies(&out, d_grad.p, d_lp.p, d_ent.p, lg.dev(), d_t.p, with_old ? d_old.p : nullptr, dev, S,
+                                 d_ref.p, cfg, nullptr);
+  const std::string tag = std::string("loss copies ") + what + " " + name_of(dt) + " T=" + std::to_string(T) +
+                          " V=" + std::to_string(V);
+  const double r[] = {ref.loss, ref.pg_loss, ref.pg_clipfrac, ref.pg_clipfrac_lower, ref.ppo_kl, ref.entropy, ref.kl, ref.tokens};
+  const double o[] = {out.loss, out.pg_loss, out.pg_clipfrac, out.pg_clipfrac_lower, out.ppo_kl, out.entropy, out.kl, out.tokens};
+  CHECK_ARRAY(tag + " result{loss,pg_loss,clipfrac,clipfrac_lower,ppo_kl,entropy,kl,tokens}", o, r, 8, 2e-6, 2e-5);
+  const auto g_lp = d_lp.get(), g_ent = d_ent.get(), g = d_grad.get();
+  CHECK_ARRAY(tag + " logprobs", g_lp.data(), lp_ref.data(), T, 2e-5, 2e-6);
+  CHECK_ARRAY(tag + " entropy", g_ent.data(), ent_ref.data(), T, 3e-5, 1e-5);
+  double gmax = 0;
+  for (float v : grad_ref) gmax = std::max(gmax, static_cast<double>(std::fabs(v)));
+  CHECK_ARRAY(tag + " grad", g.data(), grad_ref.data(), T * V, 1e-5 * gmax, 1e-4);
+  const double e = rel_error(g, grad_ref);
+  arpo_test::report(e < 1e-5, __FILE__, __LINE__, tag + " grad relative error " + std::to_string(e));
+}
+
+void test_loss_copies_errors() {
+  const int64_t T = 4, V = 30;
+  TestLogits lg(T, V, DType::F32, random_logits(T, V, 1.0f, false));
+  std::vector<int32_t> targets = {1, 2, 3, 4};
+  std::vector<double> ap = {1, 0, 0.5, 0}, an = {0, -1, 0, 0}, w = {1, 1, 1, 0}, cp = {1, 0, 1, 0}, cn = {0, 1, 0, 0},
+                      ct = {1, 1, 1, 0};
+  Dev<int32_t> d_t(targets);
+  Dev<double> d_ap(ap), d_an(an), d_w(w), d_cp(cp), d_cn(cn), d_ct(ct);
+  Dev<float> d_grad(T * V);
+  arpo::kernels::PolicyLossConfig cfg;
+  arpo::kernels::PolicyLossResult res;
+  const arpo::kernels::TokenCopySums dev{d_ap.p, d_an.p, d_w.p, d_cp.p, d_cn.p, d_ct.p};
+  auto call = [&]() { arpo::cuda::policy_loss_copies(&res, d_grad.p, nullptr, nullptr, lg.dev(), d_t.p, nullptr, dev, 1, nullptr, cfg, nullptr); };
+  an[1] = 0.5;
+  d_an.upload(an);
+  CHECK_THROWS(call(), "policy_loss_copies (cuda): adv_neg[1] = 0.500000 must be finite and <= 0");
+  an[1] = -1;
+  d_an.upload(an);
+  w[2] = NAN;
+  d_w.upload(w);
+  CHECK_THROWS(call(), "weight[2] = nan must be finite and >= 0");
+  w[2] = 1;
+  d_w.upload(w);
+  targets[0] = -1;
+  d_t.upload(targets);
+  CHECK_THROWS(call(), "targets[0] = -1 is outside [0, 30) where the copy sums are not 0");
+  targets[0] = 1;
+  targets[3] = -1;  // a context row (all sums 0) may have no target
+  d_t.upload(targets);
+  const auto g0 = d_grad.get();
+  CHECK(std::all_of(g0.begin(), g0.end(), [](float v) { return std::isnan(v); }));  // rejected calls wrote nothing
+  call();
+  CHECK(res.tokens == 3);
+}
+
 // ---------------------------------------------------------------- 4. tree kernels
 void test_entropy_delta() {
   const int64_t T = 3000, S = 200;
@@ -477,6 +569,22 @@ int main() {
       test_loss({20, 30011, 4, dt, all, false, true, "cluster 5"}, Tuning{0, 0, 128, 5, 3});
     }
     test_loss_errors();
+    for (DType dt : {DType::F32, DType::BF16}) {
+      arpo::kernels::PolicyLossConfig plain;
+      test_loss_copies(41, 1003, dt, plain, true, 3, "default");
+      test_loss_copies(41, 1003, dt, all, true, 3, "all-options");
+      test_loss_copies(41, 1003, dt, all, false, 3, "ratio 1 (no old logprobs)");
+      test_loss_copies(12, 151936, dt, all, true, 2, "qwen vocabulary");
+      for (int agg = 0; agg < 4; ++agg) {
+        arpo::kernels::PolicyLossConfig cfg = all;
+        cfg.aggregation = static_cast<Aggregation>(agg);
+        cfg.norm_constant = 4096;
+        test_loss_copies(29, 4099, dt, cfg, true, 4, "aggregation sweep");
+        cfg.denominator = 7.0;
+        test_loss_copies(29, 4099, dt, cfg, true, 4, "denominator override");
+      }
+    }
+    test_loss_copies_errors();
 
     test_entropy_delta();
     test_tree();

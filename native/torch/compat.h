@@ -1,0 +1,54 @@
+// The one place where libtorch versions and builds differ for arpo's torch
+// layer: Debian's libtorch 1.13 (CPU) and a pip-installed PyTorch 2.x
+// (CPU or CUDA) both build the same sources. Everything that depends on the
+// version, or on libtorch's CUDA headers, is spelled here; the rest of
+// native/torch uses only ATen / autograd / c10d API common to both.
+//
+// What differs, and how each is handled:
+// - c10::optional is its own class in 1.13 and an alias of std::optional in
+//   2.x: arpo's own interfaces use std::optional, never c10's.
+// - Pip wheels choose _GLIBCXX_USE_CXX11_ABI (0 before 2.7, 1 since): CMake
+//   applies TORCH_CXX_FLAGS to every arpo target, not only to the torch layer,
+//   so std::string crosses between them with one ABI.
+// - libtorch with CUDA: ARPO_WITH_CUDA is defined (CMake) only when libtorch
+//   has CUDA and the arpo CUDA kernels were built; then and only then the
+//   CUDA stream and device-guard headers are included, here.
+#pragma once
+
+#include <torch/version.h>
+
+#include <ATen/ATen.h>
+
+#define ARPO_TORCH_VERSION (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
+static_assert(ARPO_TORCH_VERSION >= 113, "arpo needs libtorch 1.13 or newer");
+
+#ifdef ARPO_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace arpo {
+namespace compat {
+
+// "1.13" / "2.11": the libtorch this build compiled against.
+inline const char* torch_version() { return TORCH_VERSION; }
+
+// Whether this build runs models on CUDA devices (see ARPO_WITH_CUDA above).
+constexpr bool kCudaBuild =
+#ifdef ARPO_WITH_CUDA
+    true;
+#else
+    false;
+#endif
+
+#ifdef ARPO_WITH_CUDA
+// Makes `device` current for the scope (a no-op guard for CPU tensors).
+using DeviceGuard = c10::cuda::OptionalCUDAGuard;
+// The current CUDA stream of `device` as the void* the arpo::cuda kernels take.
+inline void* current_stream(const at::Device& device) {
+  return c10::cuda::getCurrentCUDAStream(device.index()).stream();
+}
+#endif
+
+}  // namespace compat
+}  // namespace arpo

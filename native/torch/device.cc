@@ -1,0 +1,219 @@
+// Device names and the kernel dispatch point (see device.h). The CUDA half
+// compiles only with ARPO_WITH_CUDA (libtorch with CUDA + the arpo CUDA
+// kernels); a CPU build rejects CUDA devices at parse time with a clear error.
+#include "torch/device.h"
+
+#include <cstring>
+#include <vector>
+
+#include "torch/compat.h"
+#include "torch/model.h"
+
+#ifdef ARPO_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+
+#include "cuda/kernels_cuda.h"
+#endif
+
+namespace arpo {
+namespace model {
+
+bool cuda_build() { return compat::kCudaBuild; }
+
+at::Device parse_device(const std::string& name, const char* field) {
+  if (name == "cpu") return at::Device(at::kCPU);
+  int64_t index = -1;
+  if (name == "cuda") {
+    index = 0;
+  } else if (name.rfind("cuda:", 0) == 0 && name.size() > 5 && name.size() <= 8 &&
+             name.find_first_not_of("0123456789", 5) == std::string::npos) {
+    index = std::stoll(name.substr(5));
+  }
+  if (index < 0)
+    throw ModelError(std::string("expected cpu, cuda or cuda:N for ") + field + " but received \"" + name + "\"");
+  if (!cuda_build())
+    throw ModelError(std::string(field) + " is \"" + name + "\" but this build of arpo has no CUDA (built against libtorch " +
+                     compat::torch_version() +
+                     " without CUDA, or without nvcc): build against a PyTorch with CUDA (TORCH_DIR, or python3 -c "
+                     "'import torch' on PATH) with nvcc installed, then npm run build:native");
+#ifdef ARPO_WITH_CUDA
+  const int64_t count = static_cast<int64_t>(c10::cuda::device_count());
+  if (index >= count)
+    throw ModelError(std::string(field) + " is \"" + name + "\" but " + std::to_string(count) +
+                     " CUDA device(s) are visible (check CUDA_VISIBLE_DEVICES and nvidia-smi)");
+#endif
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+std::string device_name(const at::Device& device) {
+  if (device.is_cpu()) return "cpu";
+  return device.str();
+}
+
+namespace dispatch {
+namespace {
+
+kernels::Logits logits_view(const at::Tensor& logits, const char* op) {
+  if (!logits.defined() || logits.dim() != 2 || logits.scalar_type() != at::kFloat || !logits.is_contiguous())
+    throw ModelError(std::string(op) + ": expected contiguous float32 (rows, vocab) logits");
+  return kernels::Logits{logits.data_ptr<float>(), kernels::DType::F32, logits.size(0), logits.size(1)};
+}
+
+#ifdef ARPO_WITH_CUDA
+// Host arrays bound for one kernel call, sent to the device in one transfer.
+class Upload {
+ public:
+  template <class T>
+  int add(const T* p, int64_t n) {
+    entries_.push_back({p, p ? static_cast<size_t>(n) * sizeof(T) : 0, total_});
+    total_ += (entries_.back().bytes + 255) & ~size_t{255};
+    return static_cast<int>(entries_.size() - 1);
+  }
+  void send(const at::Device& device) {
+    at::Tensor host = at::empty({static_cast<int64_t>(std::max<size_t>(total_, 1))}, at::kByte);
+    uint8_t* h = host.data_ptr<uint8_t>();
+    for (const Entry& e : entries_)
+      if (e.bytes) std::memcpy(h + e.offset, e.host, e.bytes);
+    dev_ = host.to(device);
+  }
+  template <class T>
+  T* get(int slot) const {
+    const Entry& e = entries_[slot];
+    return e.host ? reinterpret_cast<T*>(dev_.data_ptr<uint8_t>() + e.offset) : nullptr;
+  }
+
+ private:
+  struct Entry {
+    const void* host;
+    size_t bytes, offset;
+  };
+  std::vector<Entry> entries_;
+  size_t total_ = 0;
+  at::Tensor dev_;
+};
+
+// Device outputs of one call: `count` float32 arrays of n, back in one transfer.
+struct Downloads {
+  Downloads(const at::Device& device, int count, int64_t n)
+      : n_(n), dev_(at::empty({count, std::max<int64_t>(n, 1)}, at::TensorOptions().dtype(at::kFloat).device(device))) {}
+  float* dev(int i) { return dev_[i].data_ptr<float>(); }
+  void fetch(std::initializer_list<void*> host) {
+    at::Tensor h = dev_.to(at::kCPU);
+    int i = 0;
+    for (void* out : host) {
+      if (out) std::memcpy(out, h[i].data_ptr<float>(), static_cast<size_t>(n_) * 4);
+      ++i;
+    }
+  }
+  int64_t n_;
+  at::Tensor dev_;
+};
+#endif
+
+}  // namespace
+
+void logits_stats(float* logprobs, float* entropies, const at::Tensor& logits, const int32_t* targets,
+                  float temperature, int32_t threads) {
+  const kernels::Logits L = logits_view(logits, "logits_stats");
+  if (logits.is_cpu()) {
+    kernels::logits_stats(nullptr, entropies, nullptr, logprobs, L, targets, temperature, threads);
+    return;
+  }
+#ifdef ARPO_WITH_CUDA
+  const compat::DeviceGuard guard(logits.device());
+  const int64_t R = L.rows;
+  Upload up;
+  const int t = up.add(targets, R);
+  up.send(logits.device());
+  Downloads out(logits.device(), 2, R);
+  cuda::logits_stats(nullptr, entropies ? out.dev(1) : nullptr, nullptr, logprobs ? out.dev(0) : nullptr, L,
+                     up.get<int32_t>(t), temperature, compat::current_stream(logits.device()));
+  out.fetch({logprobs, entropies});
+#else
+  throw ModelError("logits_stats: logits on " + device_name(logits.device()) + " in a build without CUDA");
+#endif
+}
+
+void sample_tokens(int32_t* tokens, float* logprobs, float* entropies, float* norm_entropies, const at::Tensor& logits,
+                   const at::Tensor& streams, const at::Tensor& positions, const kernels::SamplingParams& params,
+                   int32_t threads) {
+  const kernels::Logits L = logits_view(logits, "sample_tokens");
+  if (streams.device() != logits.device() || positions.device() != logits.device() ||
+      streams.scalar_type() != at::kLong || positions.scalar_type() != at::kLong || !streams.is_contiguous() ||
+      !positions.is_contiguous() || streams.numel() != L.rows || positions.numel() != L.rows)
+    throw ModelError("sample_tokens: streams and positions must be contiguous int64 (rows) on the logits' device");
+  const auto* s = reinterpret_cast<const uint64_t*>(streams.data_ptr<int64_t>());
+  const int64_t* p = positions.data_ptr<int64_t>();
+  if (logits.is_cpu()) {
+    kernels::sample_tokens(tokens, logprobs, entropies, norm_entropies, L, s, p, params, threads);
+    return;
+  }
+#ifdef ARPO_WITH_CUDA
+  const compat::DeviceGuard guard(logits.device());
+  Downloads out(logits.device(), 4, L.rows);  // tokens travel as int32 bits in the float32 block
+  cuda::sample_tokens(reinterpret_cast<int32_t*>(out.dev(0)), out.dev(1), out.dev(2), out.dev(3), L, s, p, params,
+                      compat::current_stream(logits.device()));
+  out.fetch({tokens, logprobs, entropies, norm_entropies});
+#else
+  throw ModelError("sample_tokens: logits on " + device_name(logits.device()) + " in a build without CUDA");
+#endif
+}
+
+void policy_loss(kernels::PolicyLossResult* result, float* logprobs, at::Tensor& logits, const int32_t* targets,
+                 const float* old_logprobs, const float* advantages, const float* mask, const int32_t* seq_ids,
+                 int64_t num_seqs, const float* ref_logprobs, const kernels::PolicyLossConfig& config,
+                 int32_t threads) {
+  const kernels::Logits L = logits_view(logits, "policy_loss");
+  float* grad = logits.data_ptr<float>();
+  if (logits.is_cpu()) {
+    kernels::policy_loss(result, grad, logprobs, nullptr, L, targets, old_logprobs, advantages, mask, seq_ids, num_seqs,
+                         ref_logprobs, config, threads);
+    return;
+  }
+#ifdef ARPO_WITH_CUDA
+  const compat::DeviceGuard guard(logits.device());
+  const int64_t R = L.rows;
+  Upload up;
+  const int t = up.add(targets, R), o = up.add(old_logprobs, R), a = up.add(advantages, R), m = up.add(mask, R),
+            q = up.add(seq_ids, R), r = up.add(ref_logprobs, R);
+  up.send(logits.device());
+  Downloads out(logits.device(), 1, R);
+  cuda::policy_loss(result, grad, logprobs ? out.dev(0) : nullptr, nullptr, L, up.get<int32_t>(t), up.get<float>(o),
+                    up.get<float>(a), up.get<float>(m), up.get<int32_t>(q), num_seqs, up.get<float>(r), config,
+                    compat::current_stream(logits.device()));
+  if (logprobs) out.fetch({logprobs});
+#else
+  throw ModelError("policy_loss: logits on " + device_name(logits.device()) + " in a build without CUDA");
+#endif
+}
+
+void policy_loss_copies(kernels::PolicyLossResult* result, at::Tensor& logits, const int32_t* targets,
+                        const float* old_logprobs, const kernels::TokenCopySums& sums, int64_t num_seqs,
+                        const float* ref_logprobs, const kernels::PolicyLossConfig& config, int32_t threads) {
+  const kernels::Logits L = logits_view(logits, "policy_loss_copies");
+  float* grad = logits.data_ptr<float>();
+  if (logits.is_cpu()) {
+    kernels::policy_loss_copies(result, grad, nullptr, nullptr, L, targets, old_logprobs, sums, num_seqs, ref_logprobs,
+                                config, threads);
+    return;
+  }
+#ifdef ARPO_WITH_CUDA
+  const compat::DeviceGuard guard(logits.device());
+  const int64_t R = L.rows;
+  Upload up;
+  const int t = up.add(targets, R), o = up.add(old_logprobs, R), r = up.add(ref_logprobs, R);
+  const int sp = up.add(sums.adv_pos, R), sn = up.add(sums.adv_neg, R), sw = up.add(sums.weight, R),
+            cp = up.add(sums.count_pos, R), cn = up.add(sums.count_neg, R), ct = up.add(sums.count, R);
+  up.send(logits.device());
+  const kernels::TokenCopySums dev{up.get<double>(sp), up.get<double>(sn), up.get<double>(sw),
+                                   up.get<double>(cp), up.get<double>(cn), up.get<double>(ct)};
+  cuda::policy_loss_copies(result, grad, nullptr, nullptr, L, up.get<int32_t>(t), up.get<float>(o), dev, num_seqs,
+                           up.get<float>(r), config, compat::current_stream(logits.device()));
+#else
+  throw ModelError("policy_loss_copies: logits on " + device_name(logits.device()) + " in a build without CUDA");
+#endif
+}
+
+}  // namespace dispatch
+}  // namespace model
+}  // namespace arpo
