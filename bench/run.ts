@@ -3,7 +3,7 @@
 // on the demo world. Prints one markdown report and writes it, with the JSON of
 // every number, to bench/results/.
 //
-//   npm run bench [-- --quick] [--only kernels|tools|e2e|packing|determinism|soak|scale] [--seeds 1,2,3] [--steps N] [--out DIR]
+//   npm run bench [-- --quick] [--only kernels|tools|llama|e2e|packing|determinism|soak|scale] [--seeds 1,2,3] [--steps N] [--out DIR]
 //
 // The soak (300 small RL steps watching RSS, file descriptors, engine paths and
 // tool workers) runs only with --only soak; --steps sets its length too.
@@ -24,6 +24,7 @@ import { determinismTables, runDeterminismBench, type DeterminismBench } from '.
 import { runSoakBench, soakTables, type SoakBench } from './soak';
 import { pythonLatencyTables, runPythonLatencyBench, type PythonLatencyBench } from './python-latency';
 import { kernelTables, runKernelBench, type KernelBenchResult, type Target } from './kernels';
+import { llamaTables, runLlamaBench, type LlamaBench } from './llama';
 import { table } from './summary';
 
 const root = path.resolve(__dirname, '..');
@@ -80,14 +81,14 @@ async function main(): Promise<void> {
   const program = new Command('bench')
     .description('arpo benchmarks: kernels vs libtorch, ARPO vs trajectory-level GRPO end to end')
     .option('--quick', 'fewer shapes, reps, seeds and steps (< 5 minutes)', false)
-    .option('--only <part>', 'kernels, tools, e2e, packing, determinism, soak or scale (default: all but soak and scale)')
+    .option('--only <part>', 'kernels, tools, llama, e2e, packing, determinism, soak or scale (default: all but soak and scale)')
     .option('--seeds <list>', 'e2e seeds, comma-separated (default: 1,2 quick, 1,2,3 full)', seedList)
     .option('--steps <n>', 'e2e training steps per run (default: 2 quick, 8 full); soak steps (default 300, 60 quick)', positiveInt('--steps'))
     .option('--out <dir>', 'results folder', path.join(root, 'bench', 'results'))
     .allowExcessArguments(false);
   program.parse(process.argv);
   const opts = program.opts<{ quick: boolean; only?: string; seeds?: number[]; steps?: number; out: string }>();
-  const parts = ['kernels', 'tools', 'e2e', 'packing', 'determinism', 'soak', 'scale'];
+  const parts = ['kernels', 'tools', 'llama', 'e2e', 'packing', 'determinism', 'soak', 'scale'];
   if (opts.only !== undefined && !parts.includes(opts.only)) {
     throw new InvalidArgumentError(`Expected one of ${parts.join(', ')} for --only but received ${JSON.stringify(opts.only)}`);
   }
@@ -108,6 +109,7 @@ async function main(): Promise<void> {
   let soak: SoakBench | undefined;
   let tools: PythonLatencyBench | undefined;
   let scale: ScaleBench | undefined;
+  let llama: LlamaBench | undefined;
   const wants = (part: string): boolean => opts.only === part || (opts.only === undefined && part !== 'soak' && part !== 'scale');
 
   if (wants('kernels')) {
@@ -119,6 +121,15 @@ async function main(): Promise<void> {
     tools = await runPythonLatencyBench({ quick: opts.quick, log });
     targets.push(...tools.targets);
     sections.push('## Python tool latency: a warm pool of sandboxes (issue 14)', pythonLatencyTables(tools));
+  }
+  if (wants('llama')) {
+    if (!hasTorch()) {
+      sections.push('## Engine vs llama.cpp\n\n_skipped: the loaded addon has no libtorch model layer_');
+    } else {
+      llama = await runLlamaBench({ quick: opts.quick, cacheDir, log });
+      targets.push(...llama.targets);
+      sections.push('## Decode: PolicyModel vs llama.cpp on the same weights (issue 14)', llamaTables(llama));
+    }
   }
   if (wants('packing')) {
     if (!hasTorch()) {
@@ -179,7 +190,7 @@ async function main(): Promise<void> {
   // A partial run (--only) gets its own latest file, so it never replaces a full report's other part.
   const variant = `${opts.quick ? '-quick' : ''}${opts.only ? `-${opts.only}` : ''}`;
   const base = `bench${variant}-${stamp}`;
-  const json = JSON.stringify({ environment: env, options: opts, kernels, tools, packing, determinism, soak, scale, e2e: e2e && { ...e2e, raw: e2e.raw.map((r) => ({ spec: r.spec, train: r.train, valid: r.valid, trainStep: r.trainStep, maxRssBytes: r.maxRssBytes, wallSeconds: r.wallSeconds })) }, targets }, null, 2);
+  const json = JSON.stringify({ environment: env, options: opts, kernels, tools, llama, packing, determinism, soak, scale, e2e: e2e && { ...e2e, raw: e2e.raw.map((r) => ({ spec: r.spec, train: r.train, valid: r.valid, trainStep: r.trainStep, maxRssBytes: r.maxRssBytes, wallSeconds: r.wallSeconds })) }, targets }, null, 2);
   // Written under a .tmp name and renamed, so a killed run never leaves half a result.
   for (const [name, text] of [
     [`${base}.md`, markdown],

@@ -322,6 +322,13 @@ at::Tensor Model::apply_rope(const at::Tensor& x, const at::Tensor& positions) c
   return x * cos + rotated * sin;
 }
 
+at::Tensor dense(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b) {
+  const bool one_row = x.dim() == 2 && x.size(0) == 1 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
+  if (!one_row) return at::linear(x, W, b);
+  at::Tensor y = b.defined() ? at::addmv(b, W, x[0]) : at::mv(W, x[0]);
+  return y.unsqueeze(0);
+}
+
 at::Tensor invariant_linear(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b) {
   const int64_t N = x.size(0), T = kInvariantTileRows;
   if (N == T) return at::linear(x, W, b);
@@ -342,7 +349,7 @@ at::Tensor Model::forward_hidden(const at::Tensor& ids, const at::Tensor& positi
   const int64_t N = ids.size(0);
   const at::Tensor pos = positions.to(device_);  // the same tensor when already there
   auto linear = [batch_invariant](const at::Tensor& x, const at::Tensor& W, const at::Tensor& b) {
-    return batch_invariant ? invariant_linear(x, W, b) : at::linear(x, W, b);
+    return batch_invariant ? invariant_linear(x, W, b) : dense(x, W, b);
   };
   at::Tensor x = at::embedding(embed_, ids.to(device_));  // (N, hidden)
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -367,7 +374,7 @@ at::Tensor Model::forward_hidden(const at::Tensor& ids, const at::Tensor& positi
 
 at::Tensor Model::logits(const at::Tensor& hidden_rows, bool batch_invariant) const {
   at::Tensor h = rms_norm(hidden_rows, final_norm_);
-  return batch_invariant ? invariant_linear(h, lm_head_, at::Tensor()) : at::linear(h, lm_head_);
+  return batch_invariant ? invariant_linear(h, lm_head_, at::Tensor()) : dense(h, lm_head_, at::Tensor());
 }
 
 }  // namespace model

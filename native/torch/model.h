@@ -84,6 +84,14 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 // [offsets[s], offsets[s + 1]) and attends causally within itself.
 AttentionFn packed_causal_attention(std::vector<int64_t> offsets);
 
+// y = x W^T + b for rows x (N, in), W (out, in). A single float32 / float64
+// row goes through a matrix-vector product (at::addmv): OpenBLAS's sgemm
+// packs W on every call, which for one row costs 3-5x the product itself
+// (measured on this CPU, 2 threads: a 4864 x 896 layer 0.77 ms as a GEMM,
+// 0.16 ms as a GEMV; the 151,936-row LM head 37 ms vs 10.7 ms), so batch-1
+// decoding was GEMM-packing-bound. Several rows keep the GEMM.
+at::Tensor dense(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b);
+
 // Batch-invariant linear layer: y = x W^T + b computed in fixed-shape tiles
 // of kInvariantTileRows rows (the last tile zero-padded), so every row's
 // result is bitwise the same whatever other rows share the call, and however
