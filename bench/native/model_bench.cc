@@ -24,12 +24,14 @@
 #include <string>
 #include <vector>
 
+#include "test/torch/tiny_model.h"
 #include "torch/device.h"
 #include "torch/engine.h"
 #include "torch/trainer.h"
 
 using namespace arpo::model;
 namespace K = arpo::kernels;
+using arpo_test::random_tokens;
 
 namespace {
 
@@ -60,13 +62,6 @@ ModelConfig model_config(const std::string& name) {
   c.qkv_bias = true;
   c.validate();
   return c;
-}
-
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % vocab);
-  return t;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
