@@ -8,7 +8,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { ArpoError, invalidArgument } from '../errors';
 import { expectedTensorShapes, MODEL_TYPES, parseModelConfig, tinyConfig, writeCheckpointDir, type ModelConfig, type ModelType } from '../model/checkpoint';
 import { float64ToBytes, writeSafetensors, type SafetensorsDType, type TensorToWrite } from '../model/safetensors';
-import { Tokenizer } from '../model/tokenizer';
+import { buildTinyBpeTokenizer, Tokenizer } from '../model/tokenizer';
 
 export const INIT_DTYPES = { float32: 'F32', bfloat16: 'BF16', float16: 'F16' } as const satisfies Record<string, SafetensorsDType>;
 export type InitDType = keyof typeof INIT_DTYPES;
@@ -103,8 +103,36 @@ export interface InitModelOptions {
   seed?: number | bigint;
   /** Weight dtype on disk; default: the config's torch_dtype (float32 when absent). */
   dtype?: InitDType;
-  /** Tokenizer files to copy into the checkpoint. */
+  /** Tokenizer files to copy into the checkpoint. A `tiny:` config without one gets the tiny byte-level tokenizer (tinyTokenizer). */
   tokenizerDir?: string;
+}
+
+/** max_position_embeddings of a tiny checkpoint with the tiny tokenizer (at least). */
+export const TINY_TOKENIZER_POSITIONS = 4096;
+
+/** Words of the tag protocol (ARPO.md): one token each in the tiny tokenizer, with and without a leading space (python before think: its "th" merge would cut "python"). */
+export const TINY_TOKENIZER_WORDS = ['python', 'think', 'search', 'result', 'answer', 'boxed', 'print'] as const;
+
+/**
+ * The tokenizer a `tiny:` checkpoint ships with when no --tokenizer is given:
+ * byte-level BPE (every string encodes and round-trips, whatever the data's
+ * language), the protocol words as single tokens, ChatML specials and chat
+ * template; `vocabSize` is its token count rounded up to a multiple of 64
+ * (the embedding rows the config needs).
+ */
+export function tinyTokenizer(): { files: Record<string, string>; tokens: number; vocabSize: number; bos: number; eos: number } {
+  const t = buildTinyBpeTokenizer(TINY_TOKENIZER_WORDS);
+  const model = t.tokenizerJson.model as { vocab: Record<string, number> };
+  const added = t.tokenizerJson.added_tokens as { id: number; content: string }[];
+  const tokens = Math.max(...Object.values(model.vocab), ...added.map((a) => a.id)) + 1;
+  const special = (content: string): number => added.find((a) => a.content === content)!.id;
+  return {
+    bos: special('<|endoftext|>'),
+    eos: special('<|im_end|>'),
+    files: { 'tokenizer.json': JSON.stringify(t.tokenizerJson), 'tokenizer_config.json': `${JSON.stringify(t.tokenizerConfig, null, 2)}\n` },
+    tokens,
+    vocabSize: Math.ceil(tokens / 64) * 64,
+  };
 }
 
 export interface InitModelResult {
@@ -163,7 +191,15 @@ export async function initModel(options: InitModelOptions): Promise<InitModelRes
   if (!Object.prototype.hasOwnProperty.call(INIT_DTYPES, dtypeName)) {
     throw invalidArgument(`one of ${Object.keys(INIT_DTYPES).join(', ')}`, 'dtype', dtypeName);
   }
-  const saved = { ...raw, torch_dtype: dtypeName };
+  const saved: Record<string, unknown> = { ...raw, torch_dtype: dtypeName };
+  // A tiny config without a tokenizer gets the tiny byte-level one, and the embedding rows it needs.
+  const tiny = options.configPath?.startsWith('tiny:') === true && options.tokenizerDir === undefined ? tinyTokenizer() : undefined;
+  if (tiny !== undefined) {
+    if (!(typeof saved.vocab_size === 'number' && saved.vocab_size >= tiny.tokens)) saved.vocab_size = tiny.vocabSize;
+    // Byte-level tokens are ~1 per character: the reference data's prompts (system prompt and question) need a few thousand positions.
+    if (!(typeof saved.max_position_embeddings === 'number' && saved.max_position_embeddings >= TINY_TOKENIZER_POSITIONS)) saved.max_position_embeddings = TINY_TOKENIZER_POSITIONS;
+    Object.assign(saved, { bos_token_id: tiny.bos, eos_token_id: tiny.eos });
+  }
   delete (saved as { dtype?: unknown }).dtype;
   const config = parseModelConfig(saved, source);
   if (options.tokenizerDir !== undefined && fs.existsSync(path.join(options.tokenizerDir, 'tokenizer.json'))) {
@@ -186,6 +222,7 @@ export async function initModel(options: InitModelOptions): Promise<InitModelRes
   await writeCheckpointDir(dir, {
     config: saved,
     tokenizerDir: options.tokenizerDir,
+    ...(tiny !== undefined ? { extraFiles: tiny.files } : {}),
     writeWeights: (staging) => writeSafetensors(path.join(staging, 'model.safetensors'), tensors, { format: 'pt' }),
   });
   return { dir, config, tensors: tensors.length, parameters };
@@ -211,7 +248,7 @@ export function initModelCommand(): Command {
     .requiredOption('--out <dir>', 'output checkpoint directory (replaced atomically)')
     .option('--seed <n>', 'random seed', parseSeed, 0)
     .option('--dtype <dtype>', 'weight dtype: float32 | bfloat16 | float16 (default: the config torch_dtype)', parseDType)
-    .option('--tokenizer <dir>', 'directory with tokenizer.json / tokenizer_config.json to copy')
+    .option('--tokenizer <dir>', 'directory with tokenizer.json / tokenizer_config.json to copy (a tiny: config without it gets a byte-level tokenizer with ChatML and the protocol words)')
     .action(async (opts: { config: string; out: string; seed: number; dtype?: InitDType; tokenizer?: string }) => {
       const result = await initModel({ configPath: opts.config, out: opts.out, seed: opts.seed, dtype: opts.dtype, tokenizerDir: opts.tokenizer });
       const c = result.config;

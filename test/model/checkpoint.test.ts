@@ -6,7 +6,7 @@ import * as os from 'os';
 import * as path from 'path';
 import { expectedTensorShapes, parseModelConfig, readModelConfig, recoverCheckpointDir, tinyConfig, writeCheckpointDir } from '../../lib/model/checkpoint';
 import { SafetensorsFile, bf16BitsToFloat32, float32ToBf16Bits } from '../../lib/model/safetensors';
-import { initModel, initModelCommand, NormalSampler } from '../../lib/cli/init-model';
+import { initModel, initModelCommand, NormalSampler, TINY_TOKENIZER_POSITIONS, TINY_TOKENIZER_WORDS } from '../../lib/cli/init-model';
 import { buildTinyBpeTokenizer, Tokenizer, writeTokenizerFiles } from '../../lib/model/tokenizer';
 
 let dir: string;
@@ -217,6 +217,28 @@ describe('initModel', () => {
     const x = a.loadFloat64(name);
     const y = b.loadFloat64(name);
     for (let i = 0; i < x.length; i++) expect(y[i]).toBe(bf16BitsToFloat32(float32ToBf16Bits(x[i]!)));
+  });
+
+  test('a tiny: config without --tokenizer ships a byte-level tokenizer that the checkpoint can hold', async () => {
+    const r = await initModel({ configPath: 'tiny:qwen3', out: path.join(dir, 'tiny-own-tok') });
+    const tok = Tokenizer.fromDir(r.dir);
+    // 256 bytes, then per protocol word its merges and the spaced form, then 3 specials: every id below vocab_size.
+    expect(tok.vocabSize).toBeGreaterThan(256 + TINY_TOKENIZER_WORDS.length * 2);
+    expect(r.config.vocabSize).toBeGreaterThanOrEqual(tok.vocabSize);
+    expect(r.config.vocabSize % 64).toBe(0);
+    expect(r.config.maxPositionEmbeddings).toBe(TINY_TOKENIZER_POSITIONS);
+    const imEnd = tok.tokenId('<|im_end|>')!;
+    expect(r.config.eosTokenId).toEqual([imEnd]);
+    // Any text round-trips (bytes are always in the vocabulary); the protocol words are one token each.
+    const text = 'Ünïcode 数学 \\boxed{42} <search> q </search>\n';
+    const ids = tok.encode(text);
+    expect([...ids].every((id) => id >= 0 && id < r.config.vocabSize)).toBe(true);
+    expect(tok.decode(ids)).toBe(text);
+    for (const w of TINY_TOKENIZER_WORDS) expect(tok.encode(` ${w}`)).toHaveLength(1);
+    // The chat template ends a turn with <|im_end|>, the EOS the trainer stops on.
+    const prompt = tok.applyChatTemplate([{ role: 'user', content: 'hi' }], { addGenerationPrompt: true });
+    expect(prompt.text).toBe('<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n');
+    // An explicit tokenizer still wins: no tiny tokenizer files and the config's own vocabulary (the next test's error).
   });
 
   test('validation and the CLI command', async () => {
