@@ -61,7 +61,7 @@ export class PromptDataset {
         const parsed: DatasetExample | DatasetIssue = r.ok ? parseRow(r.value, file, row, defaultSource) : { file, row, field: r.field, message: r.message };
         if (isIssue(parsed)) {
           if (onMalformed === 'fail') {
-            throw new ArpoError('BAD_DATA', `Malformed row ${parsed.row} of ${parsed.file}, field ${parsed.field}: ${parsed.message} (set onMalformed: "skip" to skip such rows)`);
+            throw new ArpoError('BAD_DATA', `Malformed row ${parsed.row} of ${parsed.file}, field ${parsed.field}: ${parsed.message} (to skip such rows: data.onBadRow: skip in a run config, onMalformed: "skip" for PromptDataset.load)`);
           }
           issues.push(parsed);
         } else {

@@ -85,7 +85,7 @@ describe('JSONL datasets', () => {
       { question: 'q', reward_model: { ground_truth: 7.5 }, ability: 3 },
       { answer: 'x' },
     ]);
-    await expect(PromptDataset.load(file, { onMalformed: 'fail' })).rejects.toThrow(`Malformed row 1 of ${file}, field ground_truth: expected a non-empty string (or list of strings) as the ground truth for ground_truth but received undefined of type undefined (set onMalformed: "skip" to skip such rows)`);
+    await expect(PromptDataset.load(file, { onMalformed: 'fail' })).rejects.toThrow(`Malformed row 1 of ${file}, field ground_truth: expected a non-empty string (or list of strings) as the ground truth for ground_truth but received undefined of type undefined (to skip such rows: data.onBadRow: skip in a run config, onMalformed: "skip" for PromptDataset.load)`);
     const ds = await PromptDataset.load(file);
     expect(ds.size).toBe(1);
     expect(ds.issues.map((i) => [i.row, i.field])).toEqual([
