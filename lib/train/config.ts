@@ -114,6 +114,7 @@ export const OPTIONS = {
   'train.validateEvery': opt(int(0), 10, 'Validate (greedy, n = 1) every this many steps (0 = never)'),
   'train.checkpointEvery': opt(int(0), 10, 'Checkpoint every this many steps (0 = only at the end)'),
   'train.seed': opt(int(0), 1, 'Seed of data order, sampling and branch decisions'),
+  'train.reportTrees': opt(int(0), 3, 'Rollout trees of each step kept for the report\'s tree view (the widest reward spread first; <train.outDir>/rollout-trees.json, rewritten every step; 0: none)'),
   'train.outDir': opt(z.string().min(1), 'runs/arpo', 'Run directory: metrics.jsonl, checkpoints, report.html'),
   'train.distTimeoutS': opt(z.number().gt(0), 300, 'Data parallel (several ranks): a rank that dies or hangs makes the others stop with an error naming it after this many seconds'),
 } as const satisfies Record<string, OptionSpec>;

@@ -8,6 +8,7 @@ import * as path from 'path';
 import { ArpoError } from '../errors';
 import { packageRoot } from '../native/loader';
 import { MetricsRecord, readMetrics } from './metrics';
+import { escapeXml, readTreeViews, renderTreeSvg } from './tree-view';
 
 /** Renders vega-lite specs to SVG in a child Node process (lib/train/render-charts.mjs). */
 function renderSpecs(specs: readonly unknown[]): Promise<string[]> {
@@ -30,11 +31,18 @@ interface ChartDef {
   yTitle: string;
   /** metric keys, or a key prefix ending in '/*' (every matching key becomes a series) */
   series: { key: string; phase: string; label?: string }[];
+  /** A horizontal rule at the run's step-0 value of this series (the model before RL), when it has one. */
+  baseline?: { key: string; phase: string; label: string };
 }
 
 export const REPORT_CHARTS: ChartDef[] = [
   { title: 'Reward', yTitle: 'mean reward', series: [{ key: 'reward/mean', phase: 'train', label: 'train' }, { key: 'reward/mean', phase: 'valid', label: 'valid' }] },
-  { title: 'Accuracy', yTitle: 'accuracy', series: [{ key: 'acc/mean', phase: 'train', label: 'train' }, { key: 'acc/mean', phase: 'valid', label: 'valid' }] },
+  {
+    title: 'Accuracy',
+    yTitle: 'accuracy',
+    series: [{ key: 'acc/mean', phase: 'train', label: 'train' }, { key: 'acc/mean', phase: 'valid', label: 'valid' }],
+    baseline: { key: 'acc/mean', phase: 'valid', label: 'before RL (step 0 validation)' },
+  },
   { title: 'Response length', yTitle: 'tokens per trajectory', series: [{ key: 'response/length_mean', phase: 'train', label: 'generated' }] },
   { title: 'Tool calls per trajectory, by tool', yTitle: 'calls', series: [{ key: 'tools/calls/*', phase: 'train' }] },
   { title: 'Entropy around tool calls', yTitle: 'normalised entropy', series: [{ key: 'entropy/before_tool', phase: 'train', label: 'before' }, { key: 'entropy/after_tool', phase: 'train', label: 'after' }] },
@@ -79,28 +87,67 @@ export function chartPoints(def: ChartDef, run: RunData): Point[] {
   return pts;
 }
 
-function escapeHtml(s: string): string {
-  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
-}
+const escapeHtml = escapeXml;
 
 /** The vega-lite spec of one chart, or null when no run has data for it. */
 function chartSpec(def: ChartDef, runs: RunData[]): object | null {
   const values = runs.flatMap((run) => chartPoints(def, run).map((p) => ({ ...p, run: run.name, line: runs.length > 1 ? `${run.name}: ${p.series}` : p.series })));
   if (values.length === 0) return null;
-  return {
-    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    width: 420,
-    height: 220,
-    title: def.title,
+  const line = {
     data: { values },
     mark: { type: 'line', point: values.length < 200 },
     encoding: {
-      x: { field: 'step', type: 'quantitative', title: 'step' },
-      y: { field: 'value', type: 'quantitative', title: def.yTitle },
+      // Steps are whole numbers: ticks only at integers.
+      x: { field: 'step', type: 'quantitative', title: 'step', axis: { tickMinStep: 1, format: 'd' } },
+      // '~r': a flat series (all zeros) gets tick labels like 0, not 0.000000.
+      y: { field: 'value', type: 'quantitative', title: def.yTitle, axis: { format: '~r' } },
       color: { field: 'line', type: 'nominal', title: runs.length > 1 ? 'run: series' : 'series' },
       ...(runs.length > 1 ? { strokeDash: { field: 'run', type: 'nominal', title: 'run' } } : {}),
     },
   };
+  const rules = def.baseline ? baselineValues(def.baseline, runs) : [];
+  const head = { $schema: 'https://vega.github.io/schema/vega-lite/v6.json', width: 420, height: 220, title: def.title };
+  if (rules.length === 0) return { ...head, ...line };
+  const y = { field: 'value', type: 'quantitative' };
+  return {
+    ...head,
+    layer: [
+      line,
+      { data: { values: rules }, mark: { type: 'rule', strokeDash: [4, 3], color: '#666' }, encoding: { y } },
+      { data: { values: rules }, mark: { type: 'text', align: 'left', baseline: 'bottom', dx: 2, dy: -2, color: '#444', fontSize: 10 }, encoding: { y, x: { datum: 0, type: 'quantitative' }, text: { field: 'label' } } },
+    ],
+  };
+}
+
+/** The step-0 values of a baseline series, one per run that has one (exported for tests). */
+export function baselineValues(b: NonNullable<ChartDef['baseline']>, runs: RunData[]): { value: number; label: string }[] {
+  return runs.flatMap((run) => {
+    const r = run.records.find((x) => x.phase === b.phase && x.step === 0 && Number.isFinite(x.metrics[b.key]));
+    return r ? [{ value: r.metrics[b.key]!, label: `${runs.length > 1 ? `${run.name}: ` : ''}${b.label} ${r.metrics[b.key]!.toFixed(3)}` }] : [];
+  });
+}
+
+/** The report's tree-view section: each run's rollout trees of its last step, or why they cannot be shown. */
+export function treeSection(runs: RunData[]): string {
+  const blocks = runs.flatMap((run) => {
+    const v = readTreeViews(run.dir);
+    if (v === null) return [];
+    const who = runs.length > 1 ? `${escapeHtml(run.name)}: ` : '';
+    if ('error' in v) return [`<p class="empty">${who}rollout trees not shown: ${escapeHtml(v.error)}</p>`];
+    return [
+      `<h3>${who}step ${v.step}, ${v.trees.length} prompt${v.trees.length === 1 ? '' : 's'} (${v.attribution} attribution)</h3>`,
+      ...v.trees.map((t) => `<figure class="tree">${renderTreeSvg(t, v.attribution)}</figure>`),
+    ];
+  });
+  if (blocks.length === 0) return '';
+  return [
+    '<section id="trees"><h2>Rollout trees (last step)</h2>',
+    '<p>Each row is one trajectory (leaf); a segment is a run of tokens shared by the rows below it, placed by token position in the response. ',
+    'Blue: generated, orange: a tool result, red: a tool error; ◆ a branch decision after a tool result with its ΔH (entropy of the next k tokens minus the path\'s initial entropy) and P (branch probability), filled when it fired; ',
+    'leaves coloured by reward (red -1, grey 0, green 1), with their reward r and advantage A; hover a segment for its text and attributed advantage.</p>',
+    ...blocks,
+    '</section>',
+  ].join('\n');
 }
 
 function lastValue(run: RunData, key: string, phase: string): number | undefined {
@@ -145,13 +192,14 @@ export async function renderReport(runs: RunData[], title = 'arpo report'): Prom
     '<!doctype html>',
     '<html lang="en"><head><meta charset="utf-8">',
     `<title>${escapeHtml(title)}</title>`,
-    '<style>body{font-family:system-ui,sans-serif;margin:24px;color:#222}figure{display:inline-block;margin:8px}',
+    '<style>body{font-family:system-ui,sans-serif;margin:24px;color:#222}figure{display:inline-block;margin:8px}figure.tree{display:block}',
     'table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}th:first-child{text-align:left}.empty{color:#888}</style>',
     '</head><body>',
     `<h1>${escapeHtml(title)}</h1>`,
     `<p>Runs: ${runs.map((r) => `<code>${escapeHtml(r.dir)}</code>`).join(', ')}</p>`,
     `<table id="summary">${head}${rows.join('')}</table>`,
     `<section id="charts">${charts.join('\n')}</section>`,
+    treeSection(runs),
     '</body></html>',
   ].join('\n');
 }

@@ -26,7 +26,7 @@ import { epochPermutation, type DatasetExample, type SamplerState } from '../dat
 import type { PolicyModel, TrainSequence, TrainStepOptions } from '../model/policy-model';
 import type { ToolRunner } from '../tools/runner';
 import type { Tokenizer } from '../model/tokenizer';
-import { rollout, type RolloutDeps, type RolloutResult } from '../rollout';
+import { rollout, tokenizerText, type RolloutDeps, type RolloutResult } from '../rollout';
 import type { RewardFn } from '../reward';
 import { attributeScores, microBatches, rolloutStepMetrics, scoreAndAttribute, scoreItems, stepMetrics, summarizeItems, type ScoredTrajectory } from './batch';
 import { computeAdvantages, leafGroups, leafResponseLengths, PER_GROUP_ESTIMATORS } from '../algo';
@@ -39,6 +39,7 @@ import { openRunCheckpoints } from './checkpoint';
 import type { RunConfig } from './config';
 import { MetricsLog, Progress, truncateJsonlAfter, type StepMetrics } from './metrics';
 import { writeReport } from './report';
+import { TREE_VIEW_FILE, treeViews, writeTreeViews } from './tree-view';
 import { buildReward, buildTools, loadDataset, loadPolicy, optimizerSettings, promptIds, rolloutDeps, rolloutSettings } from './setup';
 
 export interface TrainOptions {
@@ -75,7 +76,8 @@ export interface TrainSummary {
 /** Stable hash of the options that change the numbers (train.outDir, train.distTimeoutS and progress excluded). */
 export function configHash(cfg: RunConfig): string {
   const { train, ...rest } = cfg;
-  const { outDir: _outDir, distTimeoutS: _timeout, ...trainRest } = train;
+  // Where the run lives, how long ranks wait and what the report draws change no number of the run.
+  const { outDir: _outDir, distTimeoutS: _timeout, reportTrees: _trees, ...trainRest } = train;
   return crypto.createHash('sha256').update(JSON.stringify({ ...rest, train: trainRest })).digest('hex').slice(0, 16);
 }
 
@@ -214,7 +216,7 @@ async function trainRanks(cfg: RunConfig, options: TrainOptions, dist: Dist, lau
     const opened = openRunCheckpoints(runDir, hash, options.resume === true);
     if (root) {
       if (!options.resume && fs.existsSync(path.join(runDir, 'metrics.jsonl'))) fs.rmSync(path.join(runDir, 'metrics.jsonl'));
-      if (!options.resume) fs.rmSync(path.join(runDir, 'rollout-trace.jsonl'), { force: true });
+      if (!options.resume) for (const f of ['rollout-trace.jsonl', TREE_VIEW_FILE]) fs.rmSync(path.join(runDir, f), { force: true });
       fs.writeFileSync(path.join(runDir, 'config.json'), `${JSON.stringify(cfg, null, 2)}\n`);
     }
     return opened;
@@ -289,6 +291,13 @@ async function trainRanks(cfg: RunConfig, options: TrainOptions, dist: Dist, lau
     };
 
     if (startStep === 0 && cfg.train.validateEvery > 0) await runValidation(0);
+    if (latest) {
+      progress.message(
+        startStep >= cfg.train.steps
+          ? `resume: ${runDir} is already at step ${startStep} of ${cfg.train.steps}, nothing to do`
+          : `resume: from step ${startStep} of ${cfg.train.steps} (${path.join(runDir, 'checkpoints')})`,
+      );
+    }
     const lastStep = options.stopAfter ? Math.min(cfg.train.steps, startStep + options.stopAfter) : cfg.train.steps;
     for (let step = startStep + 1; step <= lastStep; step++) {
       // ------------------------------------------------------------ rollout
@@ -316,6 +325,7 @@ async function trainRanks(cfg: RunConfig, options: TrainOptions, dist: Dist, lau
         dynamicSampling: cfg.algorithm.dynamicSampling,
         leafAdvantages: await globalLeafAdvantages(dist, cfg.algorithm.estimator, result, items),
       });
+      if (root && cfg.train.reportTrees > 0) writeTreeViews(runDir, treeViews(step, result, scored, examples, tokenizerText(tokenizer), cfg.train.reportTrees));
       const t0 = Date.now();
       const tree = cfg.train.packing === 'tree';
       const temperature = stepOptions.loss!.temperature!;

@@ -4,13 +4,15 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { formatStepLine, MetricsLog, Progress, readMetrics } from '../../lib/train/metrics';
-import { REPORT_CHARTS, chartPoints, readRun } from '../../lib/train/report';
+import { REPORT_CHARTS, baselineValues, chartPoints, readRun } from '../../lib/train/report';
+import { writeTreeViews, type TreeViewsFile } from '../../lib/train/tree-view';
 
 const root = path.resolve(__dirname, '..', '..');
 const chromium = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => fs.existsSync(p));
 
-function fakeRun(dir: string, seed: number): void {
+function fakeRun(dir: string, seed: number, baseline?: number): void {
   const log = new MetricsLog(dir);
+  if (baseline !== undefined) log.append({ step: 0, phase: 'valid', time: 0, metrics: { 'acc/mean': baseline } });
   for (let step = 1; step <= 6; step++) {
     log.append({
       step,
@@ -30,6 +32,34 @@ function fakeRun(dir: string, seed: number): void {
     });
     if (step % 3 === 0) log.append({ step, phase: 'valid', time: step, metrics: { 'acc/mean': 0.1 * step, 'reward/mean': 0.2 * step } });
   }
+}
+
+/** One prompt's tree: a shared search prefix, a branch after the tool result, two leaves (rewards 1 and -1). */
+function treeFile(step: number): TreeViewsFile {
+  const node = (id: number, parent: number, kind: 'prompt' | 'generated' | 'tool_result', start: number, length: number, value: number, leavesBelow: number, extra = {}) => ({
+    id, parent, kind, start, length, text: `node ${id}`, path: 0, value, advantage: value / leavesBelow, leavesBelow, ...extra,
+  });
+  const leaf = (index: number, reward: number) => ({ leaf: { index, reward, accuracy: reward > 0 ? 1 : 0, advantage: reward * 0.7, finishReason: 'answer', toolCalls: 1 } });
+  return {
+    version: 1,
+    step,
+    attribution: 'soft',
+    trees: [
+      {
+        prompt: 0,
+        question: 'Who wrote <Faust>?',
+        groundTruth: 'Goethe',
+        promptLength: 12,
+        nodes: [
+          node(0, -1, 'prompt', -12, 12, 0, 2),
+          node(1, 0, 'generated', 0, 6, 0, 2, { meanNormEntropy: 0.2 }),
+          node(2, 1, 'tool_result', 6, 4, 0, 2, { tool: { tag: 'search', ok: true, query: 'Faust author' }, decision: { toolCall: 1, entropy: 0.5, initialEntropy: 0.3, deltaEntropy: 0.2, probability: 0.6, fired: true, branches: 1 } }),
+          node(3, 2, 'generated', 10, 3, 0.7, 1, leaf(0, 1)),
+          { ...node(4, 2, 'generated', 10, 5, -0.7, 1, leaf(1, -1)), path: 1, origin: 'branch' },
+        ],
+      },
+    ],
+  };
 }
 
 describe('report', () => {
@@ -52,15 +82,21 @@ describe('report', () => {
   test('arpo report renders two runs side by side, and Chromium shows every chart', () => {
     const a = path.join(tmp, 'arpo-run');
     const b = path.join(tmp, 'grpo-run');
-    fakeRun(a, 0);
+    fakeRun(a, 0, 0.15);
     fakeRun(b, 1);
+    writeTreeViews(a, treeFile(6));
     const out = path.join(tmp, 'cmp.html');
     const printed = execFileSync(process.execPath, [path.join(root, 'bin', 'arpo.js'), 'report', a, b, '--out', out], { encoding: 'utf8' });
     expect(printed.trim()).toBe(out);
     const html = fs.readFileSync(out, 'utf8');
     expect(html).not.toMatch(/<script/i);
     expect(html).not.toMatch(/https?:\/\/(?!www\.w3\.org)/);
-    expect((html.match(/<svg/g) ?? []).length).toBe(REPORT_CHARTS.length);
+    // One SVG per chart, one per rollout tree (run a wrote one, run b none).
+    expect((html.match(/<svg/g) ?? []).length).toBe(REPORT_CHARTS.length + 1);
+    expect(html).toContain('<section id="trees">');
+    expect(html).toContain('arpo-run: step 6, 1 prompt (soft attribution)');
+    expect(html).toContain('Who wrote &lt;Faust&gt;?');
+    expect(html).toContain('before RL (step 0 validation) 0.150'); // the SFT baseline on the accuracy chart
     expect(html).toContain('<th>arpo-run</th><th>grpo-run</th>');
     if (!chromium) throw new Error('Chromium is not installed: run scripts/install-deps.sh (package chromium)');
     const dom = execFileSync(
@@ -68,9 +104,36 @@ describe('report', () => {
       ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', `--user-data-dir=${path.join(tmp, 'chrome')}`, '--dump-dom', `file://${out}`],
       { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], timeout: 60000 },
     );
-    expect((dom.match(/<svg/g) ?? []).length).toBe(REPORT_CHARTS.length);
+    expect((dom.match(/<svg/g) ?? []).length).toBe(REPORT_CHARTS.length + 1);
     expect(dom).toContain('Entropy around tool calls');
     expect(dom).toContain('grpo-run');
+    expect(dom).toContain('class="branch-point"');
+    // Rendered to pixels: a PNG of the whole page.
+    const png = path.join(tmp, 'cmp.png');
+    execFileSync(
+      chromium,
+      ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', `--user-data-dir=${path.join(tmp, 'chrome')}`, '--hide-scrollbars', '--window-size=1200,3000', `--screenshot=${png}`, `file://${out}`],
+      { stdio: 'ignore', timeout: 60000 },
+    );
+    const head = fs.readFileSync(png).subarray(0, 24);
+    expect(head.subarray(0, 8)).toEqual(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
+    expect([head.readUInt32BE(16), head.readUInt32BE(20)]).toEqual([1200, 3000]);
+  });
+
+  test('a damaged tree file is named in the report, and the baseline is each run\'s step-0 validation', () => {
+    const a = path.join(tmp, 'damaged');
+    fakeRun(a, 0, 0.25);
+    fs.writeFileSync(path.join(a, 'rollout-trees.json'), '{"version": 1, "trees": [');
+    const out = path.join(tmp, 'damaged.html');
+    execFileSync(process.execPath, [path.join(root, 'bin', 'arpo.js'), 'report', a, '--out', out], { encoding: 'utf8' });
+    const html = fs.readFileSync(out, 'utf8');
+    expect(html).toMatch(/rollout trees not shown: [^<]*rollout-trees\.json/);
+    expect((html.match(/<svg/g) ?? []).length).toBe(REPORT_CHARTS.length);
+    const b = path.join(tmp, 'no-baseline');
+    fakeRun(b, 0);
+    const def = REPORT_CHARTS.find((c) => c.title === 'Accuracy')!.baseline!;
+    expect(baselineValues(def, [readRun(a)])).toEqual([{ value: 0.25, label: 'before RL (step 0 validation) 0.250' }]);
+    expect(baselineValues(def, [readRun(a), readRun(b)])).toEqual([{ value: 0.25, label: 'damaged: before RL (step 0 validation) 0.250' }]);
   });
 });
 
