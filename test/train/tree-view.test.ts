@@ -37,7 +37,7 @@ function build(): { result: RolloutResult; rewards: number[][] } {
   b.addLeaf(gen(b, 0, 0, [20, 21], 'global'), 'answer', meta(0));
   b.addLeaf(gen(b, 0, 1, [22], 'global'), 'answer', meta(1));
   const decision = (prompt: number, p: number, depth: number, fired: boolean): BranchDecision => ({
-    prompt, path: p, toolCall: 1, tag: 'search', depth, entropy: 0.3, initialEntropy: 0.1, deltaEntropy: 0.2, probability: 0.54, uniform: 0.4, fired, branches: fired ? 1 : 0,
+    prompt, path: p, toolCall: 1, tag: 'search', depth, entropy: 0.3, initialEntropy: 0.1, deltaEntropy: 0.2, probability: 0.54, uniform: 0.4, fired, branches: fired ? 1 : 0, branchPaths: fired ? [1] : [],
   });
   const result = { trees: [a, b], decisions: [decision(0, 0, 2, true), decision(0, 1, 4, false)], metrics: {} } as unknown as RolloutResult;
   return { result, rewards: [[1, -1, 0], [0.5, 0.5]] };
