@@ -11,7 +11,7 @@ import { Tokenizer } from '../model/tokenizer';
 import { invalidArgument } from '../errors';
 import { initModel } from './init-model';
 import { validateConfig, type RunConfig } from '../train/config';
-import { evaluate } from '../train/evaluate';
+import { compareFamilies, evaluate, familyStats } from '../train/evaluate';
 import { writeReport } from '../train/report';
 import { runPretrain, type PretrainSettings, type PretrainSummary } from '../train/pretrain';
 import { readSftData, runSft, type SftSummary } from '../train/sft';
@@ -34,6 +34,8 @@ export interface DemoSummary {
   pretrain: { steps: number; firstLoss: number; lastLoss: number };
   sft: { steps: number; firstLoss: number; lastLoss: number; testAccuracy: number; testReward: number; testToolCalls: number };
   rl: { steps: number; testAccuracy: number; testReward: number; testToolCalls: number };
+  /** Held-out test accuracy per task family (and `all`), SFT vs SFT + ARPO, with standard errors. */
+  families: ReturnType<typeof compareFamilies>;
   seconds: { build: number; pretrain: number; sft: number; rl: number; total: number };
   report: string;
 }
@@ -222,7 +224,11 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   const tRl = Date.now();
   say('[demo] evaluating the RL model on the held-out test split');
   const rlEval = await evaluate(rlModel, env.files.test, cfg, { limit: testLimit, workDir: out, outFile: path.join(out, 'test-rl.jsonl') });
-  const report = await writeReport([rlRun], path.join(out, 'report.html'));
+  const families = compareFamilies(familyStats(sftEval.rows), familyStats(rlEval.rows));
+  const seconds = { build: (tBuild - t0) / 1000, pretrain: trained.seconds.pretrain, sft: trained.seconds.sft, rl: (tRl - tSft) / 1000, total: 0 };
+  const stages = { 'world build': seconds.build, pretraining: seconds.pretrain, SFT: seconds.sft, 'SFT evaluation, ARPO RL': seconds.rl, 'RL evaluation, report': (Date.now() - tRl) / 1000 };
+  const report = await writeReport([rlRun], path.join(out, 'report.html'), { heldOut: { before: 'SFT', after: 'SFT + ARPO', families }, stages });
+  seconds.total = (Date.now() - t0) / 1000;
   const result: DemoSummary = {
     out,
     pretrain: { steps: trained.pretrain.steps, firstLoss: trained.pretrain.firstLoss, lastLoss: trained.pretrain.lastLoss },
@@ -238,7 +244,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       testReward: rlEval.metrics['reward/mean'] ?? NaN,
       testToolCalls: rlEval.metrics['tools/calls_per_traj'] ?? NaN,
     },
-    seconds: { build: (tBuild - t0) / 1000, pretrain: trained.seconds.pretrain, sft: trained.seconds.sft, rl: (tRl - tSft) / 1000, total: (Date.now() - t0) / 1000 },
+    families,
+    seconds,
     report,
   };
   fs.writeFileSync(path.join(out, 'summary.json'), `${JSON.stringify(result, null, 2)}\n`);
@@ -249,6 +256,12 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       `| --- | --- | --- | --- |`,
       `| SFT | ${result.sft.testAccuracy.toFixed(3)} | ${result.sft.testReward.toFixed(3)} | ${result.sft.testToolCalls.toFixed(2)} |`,
       `| SFT + ARPO (${result.rl.steps} steps) | ${result.rl.testAccuracy.toFixed(3)} | ${result.rl.testReward.toFixed(3)} | ${result.rl.testToolCalls.toFixed(2)} |`,
+      '',
+      `| family | questions | SFT accuracy | SFT + ARPO accuracy | change (± 1 SE) |`,
+      `| --- | --- | --- | --- | --- |`,
+      ...Object.entries(families).map(
+        ([f, c]) => `| ${f} | ${c.before.n} | ${c.before.accuracy.toFixed(3)} ± ${c.before.se.toFixed(3)} | ${c.after.accuracy.toFixed(3)} ± ${c.after.se.toFixed(3)} | ${c.delta >= 0 ? '+' : ''}${c.delta.toFixed(3)} ± ${c.se.toFixed(3)}${c.worse ? ' (worse)' : ''} |`,
+      ),
       '',
       `report: ${report}`,
       `wall time: ${result.seconds.total.toFixed(0)} s (build ${result.seconds.build.toFixed(0)}, pretraining ${result.seconds.pretrain.toFixed(0)}, SFT ${result.seconds.sft.toFixed(0)}, RL ${result.seconds.rl.toFixed(0)})`,

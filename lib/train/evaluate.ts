@@ -11,7 +11,67 @@ import { validate } from './trainer';
 export interface EvalResult {
   metrics: StepMetrics;
   /** Per example: question, ground truth, response, score, accuracy, tool calls. */
-  rows: { question: string; groundTruth: string | readonly string[]; response: string; score: number; accuracy: number; toolCalls: number }[];
+  rows: EvalRow[];
+}
+
+export interface EvalRow {
+  question: string;
+  groundTruth: string | readonly string[];
+  /** The row's `extra_info.family` when it is a string (the demo's task families), else its `data_source`. */
+  family: string;
+  response: string;
+  score: number;
+  accuracy: number;
+  toolCalls: number;
+}
+
+/** One family's held-out numbers: accuracy with its standard error sqrt(p(1-p)/n), mean reward and tool calls. */
+export interface FamilyStats {
+  n: number;
+  accuracy: number;
+  se: number;
+  reward: number;
+  toolCalls: number;
+}
+
+/** Per-family statistics of evaluation rows, families in first-seen order, plus `all`. */
+export function familyStats(rows: readonly Pick<EvalRow, 'family' | 'accuracy' | 'score' | 'toolCalls'>[]): Record<string, FamilyStats> {
+  const groups = new Map<string, (typeof rows)[number][]>();
+  for (const r of rows) groups.set(r.family, [...(groups.get(r.family) ?? []), r]);
+  const stats = (rs: readonly (typeof rows)[number][]): FamilyStats => {
+    const n = rs.length;
+    const mean = (f: (r: (typeof rows)[number]) => number): number => (n === 0 ? NaN : rs.reduce((a, r) => a + f(r), 0) / n);
+    const accuracy = mean((r) => r.accuracy);
+    return { n, accuracy, se: n === 0 ? NaN : Math.sqrt(Math.max(0, accuracy * (1 - accuracy)) / n), reward: mean((r) => r.score), toolCalls: mean((r) => r.toolCalls) };
+  };
+  const out: Record<string, FamilyStats> = {};
+  for (const [f, rs] of groups) out[f] = stats(rs);
+  out.all = stats(rows);
+  return out;
+}
+
+/**
+ * Two evaluations of the same questions side by side, per family: the change in
+ * accuracy and its standard error sqrt(se_a^2 + se_b^2); `worse` marks a family
+ * whose accuracy fell by more than that error.
+ */
+export function compareFamilies(before: Record<string, FamilyStats>, after: Record<string, FamilyStats>): Record<string, { before: FamilyStats; after: FamilyStats; delta: number; se: number; worse: boolean }> {
+  const out: Record<string, { before: FamilyStats; after: FamilyStats; delta: number; se: number; worse: boolean }> = {};
+  for (const f of Object.keys(before)) {
+    const a = before[f]!;
+    const b = after[f];
+    if (!b) continue;
+    const delta = b.accuracy - a.accuracy;
+    const se = Math.sqrt(a.se * a.se + b.se * b.se);
+    out[f] = { before: a, after: b, delta, se, worse: delta < -se };
+  }
+  return out;
+}
+
+function familyOf(e: { extraInfo: Readonly<Record<string, unknown>>; dataSource: string } | undefined): string {
+  if (!e) return '';
+  const f = e.extraInfo.family;
+  return typeof f === 'string' && f.length > 0 ? f : e.dataSource;
 }
 
 /** Evaluates `modelDir` on `dataFile` (limit 0 = every row); writes nothing unless `outFile` is given (JSONL of rows). */
@@ -27,6 +87,7 @@ export async function evaluate(modelDir: string, dataFile: string, cfg: RunConfi
     const rows = items.map((i) => ({
       question: data.examples[i.group]?.question ?? '',
       groundTruth: data.examples[i.group]?.groundTruth ?? '',
+      family: familyOf(data.examples[i.group]),
       response: i.response,
       score: i.reward.score,
       accuracy: i.reward.accuracy,

@@ -9,6 +9,7 @@ import { ArpoError } from '../errors';
 import { packageRoot } from '../native/loader';
 import { MetricsRecord, readMetrics } from './metrics';
 import { escapeXml, readTreeViews, renderTreeSvg } from './tree-view';
+import type { compareFamilies, FamilyStats } from './evaluate';
 
 /** Renders vega-lite specs to SVG in a child Node process (lib/train/render-charts.mjs). */
 function renderSpecs(specs: readonly unknown[]): Promise<string[]> {
@@ -173,8 +174,39 @@ const SUMMARY_ROWS: { label: string; key: string; phase: string; which: 'first' 
   { label: 'steps', key: 'step', phase: 'train', which: 'last' },
 ];
 
+/** What a caller that ran more than the training (the demo) adds to the report. */
+export interface ReportExtras {
+  /** Held-out evaluation per family, before and after RL (evaluate.ts compareFamilies). */
+  heldOut?: { before: string; after: string; families: ReturnType<typeof compareFamilies> };
+  /** Wall time per stage, in seconds, in order. */
+  stages?: Record<string, number>;
+}
+
+/** The held-out table: per family its count, accuracy ± standard error before and after, the change ± its error, tool calls. */
+export function heldOutSection(h: NonNullable<ReportExtras['heldOut']>): string {
+  const pct = (s: FamilyStats): string => `${s.accuracy.toFixed(3)} ± ${s.se.toFixed(3)}`;
+  const rows = Object.entries(h.families).map(
+    ([f, c]) =>
+      `<tr${c.worse ? ' class="worse"' : ''}><th>${escapeHtml(f)}</th><td>${c.before.n}</td><td>${pct(c.before)}</td><td>${pct(c.after)}</td>` +
+      `<td>${c.delta >= 0 ? '+' : ''}${c.delta.toFixed(3)} ± ${c.se.toFixed(3)}</td><td>${c.before.toolCalls.toFixed(2)}</td><td>${c.after.toolCalls.toFixed(2)}</td></tr>`,
+  );
+  return [
+    '<section id="heldout"><h2>Held-out test questions, by family</h2>',
+    `<table><tr><th>family</th><th>questions</th><th>accuracy: ${escapeHtml(h.before)}</th><th>accuracy: ${escapeHtml(h.after)}</th><th>change</th><th>tool calls: ${escapeHtml(h.before)}</th><th>tool calls: ${escapeHtml(h.after)}</th></tr>`,
+    ...rows,
+    '</table><p>± one standard error (sqrt(p(1-p)/n); for the change, of both). A family whose accuracy fell by more than that error is marked red.</p></section>',
+  ].join('\n');
+}
+
+/** Wall time per stage. */
+export function stagesSection(stages: Record<string, number>): string {
+  const total = Object.values(stages).reduce((a, b) => a + b, 0);
+  const rows = Object.entries(stages).map(([k, v]) => `<tr><th>${escapeHtml(k)}</th><td>${v.toFixed(0)} s</td><td>${total > 0 ? ((100 * v) / total).toFixed(0) : '-'}%</td></tr>`);
+  return `<section id="stages"><h2>Wall time per stage</h2><table>${rows.join('')}<tr><th>total</th><td>${total.toFixed(0)} s</td><td></td></tr></table></section>`;
+}
+
 /** Renders the report HTML (a complete static page) for one or more runs. */
-export async function renderReport(runs: RunData[], title = 'arpo report'): Promise<string> {
+export async function renderReport(runs: RunData[], title = 'arpo report', extras: ReportExtras = {}): Promise<string> {
   if (runs.length === 0) throw new ArpoError('INVALID_ARGUMENT', 'report: no runs given');
   const specs = REPORT_CHARTS.map((def) => chartSpec(def, runs));
   const svgs = await renderSpecs(specs.filter((s): s is object => s !== null));
@@ -193,26 +225,28 @@ export async function renderReport(runs: RunData[], title = 'arpo report'): Prom
     '<html lang="en"><head><meta charset="utf-8">',
     `<title>${escapeHtml(title)}</title>`,
     '<style>body{font-family:system-ui,sans-serif;margin:24px;color:#222}figure{display:inline-block;margin:8px}figure.tree{display:block}',
-    'table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}th:first-child{text-align:left}.empty{color:#888}</style>',
+    'table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}th:first-child{text-align:left}.empty{color:#888}tr.worse td{color:#c00}</style>',
     '</head><body>',
     `<h1>${escapeHtml(title)}</h1>`,
     `<p>Runs: ${runs.map((r) => `<code>${escapeHtml(r.dir)}</code>`).join(', ')}</p>`,
     `<table id="summary">${head}${rows.join('')}</table>`,
+    extras.heldOut ? heldOutSection(extras.heldOut) : '',
     `<section id="charts">${charts.join('\n')}</section>`,
     treeSection(runs),
+    extras.stages ? stagesSection(extras.stages) : '',
     '</body></html>',
   ].join('\n');
 }
 
 /** Writes <out> (default: <first run>/report.html) atomically and returns its path. */
-export async function writeReport(runDirs: readonly string[], out?: string): Promise<string> {
+export async function writeReport(runDirs: readonly string[], out?: string, extras: ReportExtras = {}): Promise<string> {
   const runs = runDirs.map((d) => readRun(d));
   const names = new Set<string>();
   runs.forEach((r, i) => {
     if (names.has(r.name)) r.name = `${r.name} (${i + 1})`;
     names.add(r.name);
   });
-  const html = await renderReport(runs, runs.length > 1 ? `arpo report: ${runs.map((r) => r.name).join(' vs ')}` : `arpo report: ${runs[0]!.name}`);
+  const html = await renderReport(runs, runs.length > 1 ? `arpo report: ${runs.map((r) => r.name).join(' vs ')}` : `arpo report: ${runs[0]!.name}`, extras);
   const file = out ?? path.join(runDirs[0]!, 'report.html');
   const tmp = `${file}.tmp-${process.pid}`;
   fs.writeFileSync(tmp, html);

@@ -33,7 +33,24 @@ test('the quick demo runs every stage and writes consistent results', async () =
   expect(s.sft.testAccuracy).toBeCloseTo(meanOf(path.join(out, 'test-sft.jsonl'), 'accuracy'), 10);
   expect(s.rl.testAccuracy).toBeCloseTo(meanOf(path.join(out, 'test-rl.jsonl'), 'accuracy'), 10);
   expect(JSON.parse(fs.readFileSync(path.join(out, 'summary.json'), 'utf8'))).toEqual(JSON.parse(JSON.stringify(s)));
+  // Per family: the counts, accuracies and standard errors of the per-question files, recomputed naively.
+  for (const [stage, file] of [['before', 'test-sft.jsonl'], ['after', 'test-rl.jsonl']] as const) {
+    const rows = fs.readFileSync(path.join(out, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { family: string; accuracy: number });
+    expect(new Set(rows.map((r) => r.family))).toEqual(new Set(Object.keys(s.families).filter((f) => f !== 'all')));
+    for (const [f, c] of Object.entries(s.families)) {
+      const rs = f === 'all' ? rows : rows.filter((r) => r.family === f);
+      const p = rs.reduce((a, r) => a + r.accuracy, 0) / rs.length;
+      expect(c[stage].n).toBe(rs.length);
+      expect(c[stage].accuracy).toBeCloseTo(p, 12);
+      expect(c[stage].se).toBeCloseTo(Math.sqrt((p * (1 - p)) / rs.length), 12);
+    }
+  }
+  expect(['search', 'python', 'both'].some((f) => f in s.families)).toBe(true);
+  const html = fs.readFileSync(path.join(out, 'report.html'), 'utf8');
+  expect(html).toContain('<section id="heldout">');
+  expect(html).toContain('<section id="stages">');
   const text = lines.join('');
   expect(text).toContain('| SFT + ARPO (3 steps) |');
+  expect(text).toMatch(/\| all \| 24 \| /);
   expect(text).toMatch(/wall time: \d+ s \(build \d+, pretraining \d+, SFT \d+, RL \d+\)/);
 }, 600_000);

@@ -4,7 +4,8 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { formatStepLine, MetricsLog, Progress, readMetrics } from '../../lib/train/metrics';
-import { REPORT_CHARTS, baselineValues, chartPoints, readRun } from '../../lib/train/report';
+import { REPORT_CHARTS, baselineValues, chartPoints, heldOutSection, readRun, stagesSection } from '../../lib/train/report';
+import { compareFamilies, familyStats } from '../../lib/train/evaluate';
 import { writeTreeViews, type TreeViewsFile } from '../../lib/train/tree-view';
 
 const root = path.resolve(__dirname, '..', '..');
@@ -134,6 +135,30 @@ describe('report', () => {
     const def = REPORT_CHARTS.find((c) => c.title === 'Accuracy')!.baseline!;
     expect(baselineValues(def, [readRun(a)])).toEqual([{ value: 0.25, label: 'before RL (step 0 validation) 0.250' }]);
     expect(baselineValues(def, [readRun(a), readRun(b)])).toEqual([{ value: 0.25, label: 'damaged: before RL (step 0 validation) 0.250' }]);
+  });
+});
+
+describe('held-out table', () => {
+  test('per-family accuracy, standard error and change; a family that fell by more than its error is marked', () => {
+    const row = (family: string, accuracy: number, toolCalls = 1) => ({ family, accuracy, score: accuracy * 2 - 1, toolCalls });
+    // search: 3/4 -> 1/4 (falls by 0.5, error sqrt(2 * 3/16 / 4) = 0.306); python: 1/2 -> 2/2.
+    const before = familyStats([row('search', 1), row('search', 1), row('python', 0, 2), row('search', 1), row('python', 1), row('search', 0)]);
+    const after = familyStats([row('search', 0), row('search', 1), row('python', 1), row('search', 0), row('python', 1), row('search', 0)]);
+    expect(Object.keys(before)).toEqual(['search', 'python', 'all']);
+    expect(before.search).toEqual({ n: 4, accuracy: 0.75, se: Math.sqrt(0.75 * 0.25 / 4), reward: 0.5, toolCalls: 1 });
+    expect(before.python).toMatchObject({ n: 2, accuracy: 0.5, toolCalls: 1.5 });
+    expect(after.python!.se).toBe(0);
+    const c = compareFamilies(before, after);
+    expect(c.search!.delta).toBeCloseTo(-0.5, 15);
+    expect(c.search!.se).toBeCloseTo(Math.sqrt(2 * (0.75 * 0.25) / 4), 15);
+    expect(c.search!.worse).toBe(true);
+    expect(c.python).toMatchObject({ delta: 0.5, worse: false });
+    expect(c.all!.worse).toBe(false); // 4/6 -> 3/6: -0.167 against an error of 0.283
+    const html = heldOutSection({ before: 'SFT', after: 'SFT + ARPO', families: c });
+    expect((html.match(/<tr class="worse">/g) ?? []).length).toBe(1);
+    expect(html).toContain('<th>search</th><td>4</td><td>0.750 ± 0.217</td><td>0.250 ± 0.217</td><td>-0.500 ± 0.306</td>');
+    expect(stagesSection({ a: 30, b: 90 })).toContain('<tr><th>b</th><td>90 s</td><td>75%</td></tr><tr><th>total</th><td>120 s</td>');
+    expect(familyStats([]).all).toMatchObject({ n: 0 });
   });
 });
 
