@@ -9,7 +9,7 @@
 //   same for `arpo sft --nproc 2` (5 sequences per step: 3 and 2), and for
 //   reinforce++, whose whitening over the whole batch is gathered from the ranks.
 // - Failure and resume: two ranks started the way torchrun starts them (RANK,
-//   WORLD_SIZE, MASTER_ADDR, MASTER_PORT); rank 1 is SIGKILLed mid-step; rank 0
+//   WORLD_SIZE, MASTER_ADDR, MASTER_PORT); rank 1 is SIGKILLed between steps 2 and 3; rank 0
 //   must stop within its timeout with an error naming rank 1, the last
 //   checkpoint stays loadable, and `--nproc 2 --resume` ends with the weights
 //   of the uninterrupted 2-rank run.
@@ -195,7 +195,7 @@ describe('data-parallel training: 2 ranks give the numbers of 1 process', () => 
     expect(a.worst).toBeLessThanOrEqual(1e-11);
     expect(am.worst).toBeLessThanOrEqual(1e-11);
 
-    // Two ranks started as torchrun starts them; rank 1 SIGKILLed during step 2.
+    // Two ranks started as torchrun starts them; rank 1 SIGKILLed once step 2 is logged.
     const cfg = writeConfig('killed');
     const port = await freePort();
     const envOf = (r: number) => ({ RANK: String(r), WORLD_SIZE: '2', LOCAL_RANK: String(r), LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port) });
@@ -203,13 +203,15 @@ describe('data-parallel training: 2 ranks give the numbers of 1 process', () => 
     const r1 = arpo(['train', '--config', cfg], envOf(1));
     let armed = false;
     const r0 = arpo(['train', '--config', cfg], envOf(0), (all) => {
-      // Into step 2 (its rollout or update), past step 1's checkpoint.
-      if (!armed && all.includes('step 1/3')) {
+      // Right after rank 0 logs step 2: step 1's checkpoint is written and
+      // step 3's gradient all-reduce is still ahead, which rank 1 cannot have
+      // passed without rank 0, so rank 0 must fail whatever the machine's
+      // speed. (A fixed delay after step 1 raced a fast machine that finished
+      // steps 2 and 3 within it: rank 0 then exited 0.)
+      if (!armed && all.includes('step 2/3')) {
         armed = true;
-        setTimeout(() => {
-          killedAt = Date.now();
-          r1.child.kill('SIGKILL');
-        }, 1500);
+        killedAt = Date.now();
+        r1.child.kill('SIGKILL');
       }
     });
     const [o0, o1] = await Promise.all([r0.done, r1.done]);
