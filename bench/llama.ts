@@ -39,10 +39,22 @@ export interface LlamaRow {
   llamaMsPerStep: number;
 }
 
+/** The engine's decode-time CPU kernels (fusedDecode) against its plain torch compositions, same model and inputs. */
+export interface FusedRow {
+  model: string;
+  /** 'batch B' (greedy decode from the 16-token prompt) or the rollout-like mix. */
+  case: string;
+  fusedMsPerStep: number;
+  plainMsPerStep: number;
+  /** Greedy tokens of every path over the timed steps: equal in both. */
+  tokensEqual: boolean;
+}
+
 export interface LlamaBench {
   threads: number;
   models: { name: string; parameters: number; greedyEqual: number; greedyCompared: number; firstDifference: number | null }[];
   rows: LlamaRow[];
+  fused: FusedRow[];
   targets: Target[];
 }
 
@@ -59,8 +71,8 @@ async function llamaCpp(args: string[]): Promise<Record<string, unknown>> {
 }
 
 /** PolicyModel: prefill `batch` copies of the prompt, then `steps` greedy steps; tokens/s over the timed steps. */
-async function arpoDecode(dir: string, prompt: number[], batch: number, steps: number, threads: number): Promise<{ tokensPerS: number; msPerStep: number; tokens: number[] }> {
-  const m = await PolicyModel.load(dir, { threads, initialBlocks: Math.max(64, batch * Math.ceil((prompt.length + steps + 2) / 16)) });
+async function arpoDecode(dir: string, prompt: number[], batch: number, steps: number, threads: number, fusedDecode = true): Promise<{ tokensPerS: number; msPerStep: number; tokens: number[] }> {
+  const m = await PolicyModel.load(dir, { threads, fusedDecode, initialBlocks: Math.max(64, batch * Math.ceil((prompt.length + steps + 2) / 16)) });
   try {
     const paths = Array.from({ length: batch }, (_, b) => m.newPath(b));
     const greedy = { temperature: 0, seed: 0 };
@@ -73,6 +85,39 @@ async function arpoDecode(dir: string, prompt: number[], batch: number, steps: n
     }
     const seconds = (performance.now() - t0) / 1000;
     return { tokensPerS: (batch * steps) / seconds, msPerStep: (1000 * seconds) / steps, tokens };
+  } finally {
+    m.dispose();
+  }
+}
+
+/**
+ * A rollout-like engine call, as the e2e rollout makes them: 19 decode rows
+ * at a context of ~300 tokens plus one 40-token tool result every 4th call
+ * (the e2e ARPO run's mean: 19 rows per call). Greedy; ms per call.
+ */
+async function rolloutMix(dir: string, steps: number, threads: number, fusedDecode: boolean): Promise<{ msPerStep: number; tokens: number[] }> {
+  const m = await PolicyModel.load(dir, { threads, fusedDecode, initialBlocks: 1024 });
+  try {
+    const V = m.vocabSize;
+    const rows = 19;
+    const greedy = { temperature: 0, seed: 0 };
+    const paths = Array.from({ length: rows + 1 }, (_, b) => m.newPath(b));
+    let r = await m.extend(paths, paths.map((_, b) => Int32Array.from({ length: 300 }, (_, t) => (t * 31 + b * 7 + 11) % V)), greedy);
+    const tokens: number[] = [];
+    let ms = 0;
+    for (let s = 0; s < steps; s++) {
+      const withResult = s % 4 === 0;
+      const ids = withResult ? paths : paths.slice(0, rows);
+      const inputs = ids.map((_, b) => (b === rows ? Int32Array.from({ length: 40 }, (_, t) => (t * 13 + s) % V) : Int32Array.of(r.tokens[b]!)));
+      const t0 = performance.now();
+      const out = await m.extend(ids, inputs, greedy);
+      ms += performance.now() - t0;
+      const next = Array.from(r.tokens);
+      ids.forEach((_, b) => (next[b] = out.tokens[b]!));
+      r = { ...out, tokens: Int32Array.from(next) };
+      tokens.push(...out.tokens);
+    }
+    return { msPerStep: ms / steps, tokens };
   } finally {
     m.dispose();
   }
@@ -112,6 +157,7 @@ export async function runLlamaBench(o: { quick: boolean; cacheDir: string; log: 
   const prompt = Array.from({ length: 16 }, (_, i) => 11 + ((i * 37) % 200));
   const models: LlamaBench['models'] = [];
   const rows: LlamaRow[] = [];
+  const fusedRows: FusedRow[] = [];
   for (const shape of shapes) {
     const gguf = `${shape.dir}.gguf`;
     if (!fs.existsSync(path.join(shape.dir, 'config.json'))) {
@@ -131,6 +177,20 @@ export async function runLlamaBench(o: { quick: boolean; cacheDir: string; log: 
         arpoTokensPerS: ours.tokensPerS, llamaTokensPerS: theirs.tokens_per_s as number,
         arpoMsPerStep: ours.msPerStep, llamaMsPerStep: theirs.ms_per_step as number,
       });
+    }
+    // Fused decode kernels vs the plain compositions, one after the other on the same inputs.
+    for (const batch of batches) {
+      const bSteps = batch === 1 ? steps * 2 : steps;
+      const fused = await arpoDecode(shape.dir, prompt, batch, bSteps, threads, true);
+      const plain = await arpoDecode(shape.dir, prompt, batch, bSteps, threads, false);
+      fusedRows.push({ model: shape.name, case: `batch ${batch}`, fusedMsPerStep: fused.msPerStep, plainMsPerStep: plain.msPerStep, tokensEqual: fused.tokens.join() === plain.tokens.join() });
+    }
+    {
+      const mixSteps = shape.name.startsWith('demo') ? (o.quick ? 16 : 64) : o.quick ? 4 : 8;
+      o.log(`[bench] llama: ${shape.name}, rollout-like calls, fused vs plain decode ops`);
+      const fused = await rolloutMix(shape.dir, mixSteps, threads, true);
+      const plain = await rolloutMix(shape.dir, mixSteps, threads, false);
+      fusedRows.push({ model: shape.name, case: '19 decode rows at context ~300 + a 40-token result every 4th call', fusedMsPerStep: fused.msPerStep, plainMsPerStep: plain.msPerStep, tokensEqual: fused.tokens.join() === plain.tokens.join() });
     }
     const m = await PolicyModel.load(shape.dir, { threads: 1 });
     const nParams = m.info().numParameters;
@@ -154,7 +214,7 @@ export async function runLlamaBench(o: { quick: boolean; cacheDir: string; log: 
       detail: models.map((m) => `${m.name.split(' (')[0]}: ${m.greedyEqual}/${m.greedyCompared} equal`).join('; '),
     },
   ];
-  return { threads, models, rows, targets };
+  return { threads, models, rows, fused: fusedRows, targets };
 }
 
 export function llamaTables(b: LlamaBench): string {
@@ -166,9 +226,15 @@ export function llamaTables(b: LlamaBench): string {
     ['model', 'batch', 'steps', 'arpo tokens/s', 'llama.cpp tokens/s', 'arpo / llama.cpp', 'arpo ms/step', 'llama.cpp ms/step'],
     b.rows.map((r) => [r.model.split(' (')[0]!, String(r.batch), String(r.steps), num(r.arpoTokensPerS, 1), num(r.llamaTokensPerS, 1), `${num(r.arpoTokensPerS / r.llamaTokensPerS, 2)}x`, num(r.arpoMsPerStep, 2), num(r.llamaMsPerStep, 2)]),
   );
+  const fused = table(
+    ['model', 'engine call', 'fused ms/call', 'plain ms/call', 'plain / fused', 'greedy tokens equal'],
+    (b.fused ?? []).map((r) => [r.model.split(' (')[0]!, r.case, num(r.fusedMsPerStep, 2), num(r.plainMsPerStep, 2), `${num(r.plainMsPerStep / r.fusedMsPerStep, 2)}x`, r.tokensEqual ? 'yes' : '**no**']),
+  );
   return [
     `Same F32 weights (\`arpo export --format gguf\`), same prompt ids (16 tokens), greedy, ${b.threads} threads each, run one after the other (arpo first) in one process tree. llama.cpp: node-llama-cpp 3.21.1's prebuilt CPU binary.`,
     equal,
     speed,
+    `The engine's decode-time CPU kernels (RMSNorm, RoPE and paged attention read in place from the KV pool: \`fusedDecode\`, the default) against its plain torch compositions (\`fusedDecode: false\`), same model and inputs, one after the other:`,
+    fused,
   ].join('\n\n');
 }

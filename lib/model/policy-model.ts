@@ -39,6 +39,13 @@ export interface PolicyModelOptions {
    * rollout's numbers do not depend on tool latencies (train.deterministic).
    */
   batchInvariant?: boolean;
+  /**
+   * The engine's decode-time CPU kernels for RMSNorm, RoPE and paged attention
+   * (default true) instead of compositions of torch ops; the same numbers
+   * within float rounding (native/test/torch/fused_inference_test.cc). false
+   * is the plain path, for comparison (the bench's decode part runs both).
+   */
+  fusedDecode?: boolean;
 }
 
 export interface SaveOptions {
@@ -272,9 +279,10 @@ export class PolicyModel implements GenerationEngine {
 
   private static construct(rawConfig: Record<string, unknown>, source: string, options: PolicyModelOptions | undefined): PolicyModel {
     const o = checkOptions(options, 'options');
-    checkOptionsKeys(o, 'options', ['dtype', 'device', 'threads', 'seed', 'blockSize', 'initialBlocks', 'maxBlocks', 'loadOptimizer', 'batchInvariant']);
+    checkOptionsKeys(o, 'options', ['dtype', 'device', 'threads', 'seed', 'blockSize', 'initialBlocks', 'maxBlocks', 'loadOptimizer', 'batchInvariant', 'fusedDecode']);
     if (o.device !== undefined && (typeof o.device !== 'string' || !DEVICE_PATTERN.test(o.device))) throw invalidArgument('cpu, cuda or cuda:N', 'options.device', o.device);
     if (o.batchInvariant !== undefined && typeof o.batchInvariant !== 'boolean') throw invalidArgument('a boolean', 'options.batchInvariant', o.batchInvariant);
+    if (o.fusedDecode !== undefined && typeof o.fusedDecode !== 'boolean') throw invalidArgument('a boolean', 'options.fusedDecode', o.fusedDecode);
     const config = parseModelConfig(rawConfig, source);
     const dtype = o.dtype ?? 'float32';
     if (!COMPUTE_DTYPES.includes(dtype)) throw invalidArgument(`one of ${COMPUTE_DTYPES.join(', ')}`, 'options.dtype', dtype);
@@ -294,6 +302,7 @@ export class PolicyModel implements GenerationEngine {
       throw modelError('create', e);
     }
     if (o.batchInvariant) native.setBatchInvariant(true);
+    if (o.fusedDecode === false) native.setFusedDecode(false);
     return new PolicyModel(config, { ...rawConfig }, native, dtype);
   }
 
@@ -563,7 +572,7 @@ export class PolicyModel implements GenerationEngine {
     this.sync('setThreads', (n) => n.setThreads(threads));
   }
 
-  info(): { dtype: string; device: string; numParameters: number; optimizerSteps: number; hasReference: boolean; threads: number; batchInvariant: boolean } {
+  info(): { dtype: string; device: string; numParameters: number; optimizerSteps: number; hasReference: boolean; threads: number; batchInvariant: boolean; fusedDecode: boolean } {
     return this.sync('info', (n) => n.info());
   }
 

@@ -233,6 +233,7 @@ export interface RawModelInfo {
   hasReference: boolean;
   threads: number;
   batchInvariant: boolean;
+  fusedDecode: boolean;
 }
 export interface NativeModelInstance {
   initWeights(seed: bigint): Promise<void>;
@@ -268,6 +269,7 @@ export interface NativeModelInstance {
   cacheStats(): RawCacheStats;
   setThreads(threads: number): void;
   setBatchInvariant(on: boolean): void;
+  setFusedDecode(on: boolean): void;
   info(): RawModelInfo;
   dispose(): void;
 }

@@ -270,6 +270,52 @@ void tree_expand(float* token_value,          // (P)
                  int64_t N);
 
 // ---------------------------------------------------------------------------
+// 5. Decode-time ops of the policy model (CPU inference, no autograd).
+// The composition of torch ops they replace (native/torch/model.cc,
+// engine.cc) costs ~100 op dispatches per layer; at the demo model's size that
+// dispatch, not arithmetic, is most of a decode step. Each op works on rows
+// [begin, end) so the caller can split them over threads; T is float or
+// double, accumulation is float for float and double for double (as the
+// composition's accum_dtype).
+//
+// rms_norm_rows: out[r] = weight * x[r] / sqrt(mean(x[r]^2) + eps), over
+// rows of `dim`; out may alias x.
+void rms_norm_rows(float* out, const float* x, const float* weight, int64_t dim, double eps, int64_t begin, int64_t end);
+void rms_norm_rows(double* out, const double* x, const double* weight, int64_t dim, double eps, int64_t begin,
+                   int64_t end);
+
+// rope_rows: rotary embedding in place on x (rows, heads, dim), HF layout
+// (rotate_half): x' = x * cos + [-x2, x1] * sin, cos/sin (rows, dim) the
+// per-row tables (cat(angles, angles), cast to T).
+void rope_rows(float* x, const float* cos, const float* sin, int64_t heads, int64_t dim, int64_t begin, int64_t end);
+void rope_rows(double* x, const double* cos, const double* sin, int64_t heads, int64_t dim, int64_t begin,
+               int64_t end);
+
+// paged_decode_attention: one query token per path over its cached context,
+// read in place from the KV pool (no gather): for path b (query row
+// rows[b] of q (N, H, D)), head h, kv head h / (H / KVH):
+//   s_j = scale * <q[rows[b], h], kpool[slots[b][j], kvh]>,  j < lengths[b]
+//   out[rows[b], h] = sum_j softmax(s)_j vpool[slots[b][j], kvh]
+// slots is (B, max_ctx) row-major; kpool/vpool (pool slots, KVH, D); out
+// (N, H * D). Work items are (b, kv head) pairs: [begin, end) within B * KVH.
+struct DecodeAttention {
+  const int64_t* rows = nullptr;     // (B)
+  const int64_t* slots = nullptr;    // (B, max_ctx)
+  const int64_t* lengths = nullptr;  // (B), each in [1, max_ctx]
+  int64_t paths = 0;                 // B
+  int64_t max_ctx = 0;
+  int64_t heads = 0;     // H
+  int64_t kv_heads = 0;  // KVH, divides H
+  int64_t head_dim = 0;  // D
+  int64_t pool_slots = 0;
+  double scale = 1.0;
+};
+void paged_decode_attention(float* out, const float* q, const float* kpool, const float* vpool,
+                            const DecodeAttention& a, int64_t begin, int64_t end);
+void paged_decode_attention(double* out, const double* q, const double* kpool, const double* vpool,
+                            const DecodeAttention& a, int64_t begin, int64_t end);
+
+// ---------------------------------------------------------------------------
 // Benchmark baseline (not a training kernel): sum of n floats read once with
 // the same blocking as logits_stats, so "stats time / plain_sum time" says
 // how close the fused kernel is to memory bandwidth.

@@ -3,6 +3,10 @@
 // kernels); a CPU build rejects CUDA devices at parse time with a clear error.
 #include "torch/device.h"
 
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -212,6 +216,91 @@ void policy_loss_copies(kernels::PolicyLossResult* result, at::Tensor& logits, c
 #else
   throw ModelError("policy_loss_copies: logits on " + device_name(logits.device()) + " in a build without CUDA");
 #endif
+}
+
+bool fused_inference_supported(const at::Tensor& x) {
+  return x.defined() && x.is_cpu() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) &&
+         x.is_contiguous();
+}
+
+namespace {
+
+void expect_like(const at::Tensor& t, const at::Tensor& x, const char* op, const char* name) {
+  if (!t.defined() || !t.is_cpu() || t.scalar_type() != x.scalar_type() || !t.is_contiguous())
+    throw ModelError(std::string(op) + ": expected " + name + " as a contiguous CPU tensor of " +
+                     c10::toString(x.scalar_type()));
+}
+
+// Rows per parallel chunk so a chunk does ~64k scalar operations.
+int64_t grain(int64_t per_item) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, per_item)); }
+
+}  // namespace
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (!fused_inference_supported(x) || x.dim() < 1) throw ModelError("rms_norm: expected a contiguous float or double CPU tensor");
+  const int64_t dim = x.size(-1), rows = dim > 0 ? x.numel() / dim : 0;
+  expect_like(weight, x, "rms_norm", "weight");
+  if (weight.numel() != dim) throw ModelError("rms_norm: weight has " + std::to_string(weight.numel()) + " elements, rows " + std::to_string(dim));
+  at::Tensor out = at::empty_like(x);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rms_norm", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* wp = weight.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    at::parallel_for(0, rows, grain(dim), [&](int64_t b, int64_t e) { kernels::rms_norm_rows(op, xp, wp, dim, eps, b, e); });
+  });
+  return out;
+}
+
+void rope_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (!fused_inference_supported(x) || x.dim() != 3) throw ModelError("rope_: expected a contiguous (N, heads, D) float or double CPU tensor");
+  const int64_t N = x.size(0), heads = x.size(1), D = x.size(2);
+  expect_like(cos, x, "rope_", "cos");
+  expect_like(sin, x, "rope_", "sin");
+  if (cos.numel() != N * D || sin.numel() != N * D || D % 2 != 0)
+    throw ModelError("rope_: expected (" + std::to_string(N) + ", " + std::to_string(D) + ") tables and an even head dim");
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rope_", [&] {
+    scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* cp = cos.data_ptr<scalar_t>();
+    const scalar_t* sp = sin.data_ptr<scalar_t>();
+    at::parallel_for(0, N, grain(heads * D * 4), [&](int64_t b, int64_t e) { kernels::rope_rows(xp, cp, sp, heads, D, b, e); });
+  });
+}
+
+void decode_attention(at::Tensor& out, const at::Tensor& q, const at::Tensor& kpool, const at::Tensor& vpool,
+                      const at::Tensor& rows, const at::Tensor& slots, const at::Tensor& lengths, double scale) {
+  if (!fused_inference_supported(q) || q.dim() != 3) throw ModelError("decode_attention: expected q as a contiguous (N, H, D) float or double CPU tensor");
+  expect_like(out, q, "decode_attention", "out");
+  expect_like(kpool, q, "decode_attention", "the key pool");
+  expect_like(vpool, q, "decode_attention", "the value pool");
+  for (const at::Tensor* t : {&rows, &slots, &lengths})
+    if (!t->is_cpu() || t->scalar_type() != at::kLong || !t->is_contiguous())
+      throw ModelError("decode_attention: expected rows, slots and lengths as contiguous int64 CPU tensors");
+  kernels::DecodeAttention a;
+  a.paths = rows.numel();
+  a.max_ctx = a.paths > 0 ? slots.numel() / a.paths : 0;
+  a.heads = q.size(1);
+  a.head_dim = q.size(2);
+  a.kv_heads = kpool.dim() == 3 ? kpool.size(1) : 0;
+  a.pool_slots = kpool.dim() == 3 ? kpool.size(0) : 0;
+  a.scale = scale;
+  if (a.paths == 0) return;
+  if (a.kv_heads <= 0 || a.heads % a.kv_heads != 0 || kpool.size(2) != a.head_dim || !vpool.sizes().equals(kpool.sizes()) ||
+      lengths.numel() != a.paths || slots.numel() != a.paths * a.max_ctx || out.numel() != q.numel())
+    throw ModelError("decode_attention: inconsistent shapes (q " + shape_string(q.sizes()) + ", pool " + shape_string(kpool.sizes()) +
+                     ", slots " + shape_string(slots.sizes()) + ", out " + shape_string(out.sizes()) + ")");
+  a.rows = rows.data_ptr<int64_t>();
+  a.slots = slots.data_ptr<int64_t>();
+  a.lengths = lengths.data_ptr<int64_t>();
+  for (int64_t b = 0; b < a.paths; ++b)
+    if (a.rows[b] < 0 || a.rows[b] >= q.size(0)) throw ModelError("decode_attention: row " + std::to_string(a.rows[b]) + " outside q");
+  const int64_t items = a.paths * a.kv_heads, per_item = a.max_ctx * (a.heads / a.kv_heads) * a.head_dim * 2;
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "decode_attention", [&] {
+    scalar_t* op = out.data_ptr<scalar_t>();
+    const scalar_t* qp = q.data_ptr<scalar_t>();
+    const scalar_t* kp = kpool.data_ptr<scalar_t>();
+    const scalar_t* vp = vpool.data_ptr<scalar_t>();
+    at::parallel_for(0, items, grain(per_item), [&](int64_t b, int64_t e) { kernels::paged_decode_attention(op, qp, kp, vp, a, b, e); });
+  });
 }
 
 }  // namespace dispatch

@@ -56,6 +56,20 @@ void policy_loss_copies(kernels::PolicyLossResult* result, at::Tensor& logits, c
                         const float* old_logprobs, const kernels::TokenCopySums& sums, int64_t num_seqs,
                         const float* ref_logprobs, const kernels::PolicyLossConfig& config, int32_t threads);
 
+// Decode-time ops (kernels.h section 5; Model::fused_inference decides when).
+// CPU kernels only: on CUDA (and for bfloat16) the model composes torch ops,
+// so fused_inference_supported is false there.
+bool fused_inference_supported(const at::Tensor& x);
+// x (..., dim) contiguous -> a new tensor of x's shape.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// x (N, heads, D) contiguous, rotated in place; cos/sin (N, D) of x's dtype.
+void rope_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// Paged single-token attention (kernels::paged_decode_attention) into rows of
+// out (N, H * D): q (N, H, D), pools (slots, KVH, D), rows (B), slots
+// (B, max_ctx) and lengths (B) int64, all on the CPU.
+void decode_attention(at::Tensor& out, const at::Tensor& q, const at::Tensor& kpool, const at::Tensor& vpool,
+                      const at::Tensor& rows, const at::Tensor& slots, const at::Tensor& lengths, double scale);
+
 }  // namespace dispatch
 }  // namespace model
 }  // namespace arpo

@@ -323,9 +323,8 @@ at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::v
   sample_positions_ = dev.slice(0, o_spos, o_spos + P);
   const at::Tensor decode_rows = dev.slice(0, o_drows, o_drows + B);
   const at::Tensor decode_slots = dev.slice(0, o_dslots, o_dslots + B * max_ctx).view({B, max_ctx});
-  // pad[b][j]: context position j lies beyond decode path b's length.
-  const at::Tensor decode_pad =
-      at::arange(max_ctx, dev.options()).unsqueeze(0) >= dev.slice(0, o_dlen, o_dlen + B).unsqueeze(1);
+  const at::Tensor decode_lengths = dev.slice(0, o_dlen, o_dlen + B);
+  at::Tensor decode_pad;  // the plain path's mask (made on first use)
   std::vector<at::Tensor> prefill_slots;
   for (size_t j = 0; j < prefill.size(); ++j) prefill_slots.push_back(dev.slice(0, prefill_at[j], prefill_at[j] + prefill_len[j]));
 
@@ -343,7 +342,12 @@ at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::v
       out.slice(0, a, a + n).copy_(
           causal_attention(q.slice(0, a, a + n), kpool.index_select(0, s), vpool.index_select(0, s), past[i]));
     }
-    if (B > 0) {
+    if (B > 0 && model_.fused_inference(q)) {
+      // kpool/vpool are read in place at the paths' slots (no gather, no padding).
+      dispatch::decode_attention(out, q, kpool, vpool, decode_rows, decode_slots, decode_lengths, scale);
+    } else if (B > 0) {
+      // pad[b][j]: context position j lies beyond decode path b's length.
+      if (!decode_pad.defined()) decode_pad = at::arange(max_ctx, dev.options()).unsqueeze(0) >= decode_lengths.unsqueeze(1);
       at::Tensor qd = q.index_select(0, decode_rows).view({B, KVH, G, D});
       at::Tensor kd = kpool.index_select(0, decode_slots.view(-1)).view({B, max_ctx, KVH, D});
       at::Tensor vd = vpool.index_select(0, decode_slots.view(-1)).view({B, max_ctx, KVH, D});
@@ -359,6 +363,7 @@ at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::v
   at::Tensor logits;
   {
     at::NoGradGuard no_grad;
+    const FusedInferenceScope fused(model_.fused_inference_enabled());
     at::Tensor hidden = model_.forward_hidden(ids, positions, attention, batch_invariant_);
     logits = model_.logits(hidden.index_select(0, last_rows), batch_invariant_).to(at::kFloat).contiguous();
   }

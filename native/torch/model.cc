@@ -4,6 +4,8 @@
 // modeling_qwen3.py, modeling_llama.py) so HF checkpoints give HF logits.
 #include "torch/model.h"
 
+#include "torch/device.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
@@ -302,24 +304,50 @@ int64_t Model::num_parameters() const {
   return n;
 }
 
+namespace {
+thread_local bool fused_scope = false;
+}  // namespace
+
+FusedInferenceScope::FusedInferenceScope(bool on) : previous_(fused_scope) { fused_scope = on; }
+FusedInferenceScope::~FusedInferenceScope() { fused_scope = previous_; }
+bool FusedInferenceScope::active() { return fused_scope; }
+
+bool Model::fused_inference(const at::Tensor& x) const {
+  return fused_inference_ && fused_scope && !at::GradMode::is_enabled() && dispatch::fused_inference_supported(x);
+}
+
 at::Tensor Model::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
+  if (fused_inference(x)) return dispatch::rms_norm(x, weight, config_.rms_norm_eps);
   at::Tensor xf = x.to(accum_dtype(dtype_));
   at::Tensor var = xf.pow(2).mean(-1, true);
   at::Tensor y = xf * at::rsqrt(var + config_.rms_norm_eps);
   return weight * y.to(x.scalar_type());
 }
 
-at::Tensor Model::apply_rope(const at::Tensor& x, const at::Tensor& positions) const {
+std::pair<at::Tensor, at::Tensor> Model::rope_tables(const at::Tensor& positions) const {
   // HF: freqs = positions x inv_freq in float32, emb = cat(freqs, freqs),
-  // x * cos + rotate_half(x) * sin with cos/sin cast to x's dtype.
+  // cos/sin cast to the activations' dtype.
   const at::ScalarType acc = accum_dtype(dtype_);
   at::Tensor angles = positions.to(acc).unsqueeze(1) * inv_freq_.to(acc).unsqueeze(0);  // (N, D/2)
   at::Tensor emb = at::cat({angles, angles}, -1);                                         // (N, D)
-  at::Tensor cos = emb.cos().to(x.scalar_type()).unsqueeze(1);
-  at::Tensor sin = emb.sin().to(x.scalar_type()).unsqueeze(1);
+  return {emb.cos().to(dtype_).contiguous(), emb.sin().to(dtype_).contiguous()};
+}
+
+at::Tensor Model::apply_rope(const at::Tensor& x, const std::pair<at::Tensor, at::Tensor>& tables) const {
+  // x * cos + rotate_half(x) * sin
+  if (fused_inference(x) && tables.first.scalar_type() == x.scalar_type()) {
+    at::Tensor y = x;  // a fresh activation under no-grad: rotated in place
+    dispatch::rope_(y, tables.first, tables.second);
+    return y;
+  }
+  const at::Tensor cos = tables.first.to(x.scalar_type()).unsqueeze(1), sin = tables.second.to(x.scalar_type()).unsqueeze(1);
   const int64_t half = x.size(-1) / 2;
   at::Tensor rotated = at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
   return x * cos + rotated * sin;
+}
+
+at::Tensor Model::apply_rope(const at::Tensor& x, const at::Tensor& positions) const {
+  return apply_rope(x, rope_tables(positions));
 }
 
 at::Tensor dense(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b) {
@@ -352,6 +380,7 @@ at::Tensor Model::forward_hidden(const at::Tensor& ids, const at::Tensor& positi
     return batch_invariant ? invariant_linear(x, W, b) : dense(x, W, b);
   };
   at::Tensor x = at::embedding(embed_, ids.to(device_));  // (N, hidden)
+  const auto rope = rope_tables(pos);                      // the same for every layer
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& L = layers_[l];
     at::Tensor h = rms_norm(x, L.input_norm);
@@ -362,8 +391,8 @@ at::Tensor Model::forward_hidden(const at::Tensor& ids, const at::Tensor& positi
       q = rms_norm(q, L.q_norm);
       k = rms_norm(k, L.k_norm);
     }
-    q = apply_rope(q, pos);
-    k = apply_rope(k, pos);
+    q = apply_rope(q, rope);
+    k = apply_rope(k, rope);
     at::Tensor a = attention(l, q, k, v);
     x = x + linear(a, L.o_w, L.o_b);
     h = rms_norm(x, L.post_norm);

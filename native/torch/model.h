@@ -152,6 +152,21 @@ class Model {
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
   // HF rotate_half RoPE on x (N, heads, D) at positions (N).
   at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& positions) const;
+  // The RoPE tables of positions (N): cos and sin of cat(angles, angles),
+  // (N, D) in the model dtype; forward_hidden computes them once for every layer.
+  std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
+  at::Tensor apply_rope(const at::Tensor& x, const std::pair<at::Tensor, at::Tensor>& tables) const;
+
+  // Decode-time fast paths (kernels.h section 5, via dispatch::): RMSNorm,
+  // RoPE and the engine's paged decode attention run as single CPU kernels
+  // instead of torch op compositions inside the engine's extend (a
+  // FusedInferenceScope), when x is a contiguous float or double CPU tensor
+  // and autograd is off. Train steps and score_sequences (recomputed old
+  // log-probs) always compose torch ops. On by default; off, the engine
+  // composes too (the reference the tests compare with).
+  void set_fused_inference(bool on) { fused_inference_ = on; }
+  bool fused_inference_enabled() const { return fused_inference_; }
+  bool fused_inference(const at::Tensor& x) const;
   const at::Tensor& inv_freq() const { return inv_freq_; }
 
  private:
@@ -170,6 +185,21 @@ class Model {
   std::vector<Layer> layers_;
   at::Tensor embed_, final_norm_, lm_head_;
   at::Tensor inv_freq_;  // (D/2) float64 on the device, scaling applied
+  bool fused_inference_ = true;
+};
+
+// Marks the current thread as inside the engine's extend (see
+// Model::set_fused_inference) for the scope's lifetime.
+class FusedInferenceScope {
+ public:
+  explicit FusedInferenceScope(bool on);
+  ~FusedInferenceScope();
+  FusedInferenceScope(const FusedInferenceScope&) = delete;
+  FusedInferenceScope& operator=(const FusedInferenceScope&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
 };
 
 // `config`'s inverse RoPE frequencies 1 / theta^(2i/D), i < D/2, float64, with

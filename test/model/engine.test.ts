@@ -200,3 +200,34 @@ test('the Qwen vocabulary (151,936) with a tiny hidden size creates and decodes'
   expect(out[0]!.normEntropies[0]).toBeGreaterThan(0.99); // initializer_range 0.02: near uniform
   m.dispose();
 });
+
+test('fusedDecode (the default decode-time CPU kernels) samples what the plain torch compositions sample, on the same paths and inputs', async () => {
+  expect(model.info().fusedDecode).toBe(true);
+  const runWith = async (fusedDecode: boolean): Promise<{ tokens: number[]; logprobs: number[] }> => {
+    const m = await PolicyModel.create(tinyConfig('qwen3', { initializer_range: 0.2 }), { seed: 3, threads: 1, blockSize: 4, initialBlocks: 2, fusedDecode });
+    try {
+      expect(m.info().fusedDecode).toBe(fusedDecode);
+      const root = m.newPath(0);
+      await m.extend([root], [tokens(23, 4)], sampling);
+      const paths = [0, 1, 2, 3].map((i) => m.fork(root, 21 + (i % 3), 10 + i));
+      const out = { tokens: [] as number[], logprobs: [] as number[] };
+      let last = [1, 2, 3, 4];
+      for (let s = 0; s < 10; s++) {
+        // Decode rows with a multi-token (tool result) row every third step.
+        const inputs = paths.map((_, i) => ((s + i) % 3 === 2 ? tokens(3 + i, s) : Int32Array.of(last[i]!)));
+        const r = await m.extend(paths, inputs, sampling);
+        last = Array.from(r.tokens);
+        out.tokens.push(...r.tokens);
+        out.logprobs.push(...r.logprobs);
+      }
+      return out;
+    } finally {
+      m.dispose();
+    }
+  };
+  const fused = await runWith(true);
+  const plain = await runWith(false);
+  expect(fused.tokens).toEqual(plain.tokens);
+  fused.logprobs.forEach((lp, i) => expect(Math.abs(lp - plain.logprobs[i]!)).toBeLessThanOrEqual(1e-5 * (1 + Math.abs(plain.logprobs[i]!))));
+  await expect(PolicyModel.create(tinyConfig('qwen3'), { fusedDecode: 'yes' as unknown as boolean })).rejects.toThrow(/options\.fusedDecode/);
+});

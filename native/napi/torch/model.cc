@@ -269,6 +269,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
                            InstanceMethod("cacheStats", &NativeModel::CacheStats),
                            InstanceMethod("setThreads", &NativeModel::SetThreads),
                            InstanceMethod("setBatchInvariant", &NativeModel::SetBatchInvariant),
+                           InstanceMethod("setFusedDecode", &NativeModel::SetFusedDecode),
                            InstanceMethod("info", &NativeModel::Info),
                            InstanceMethod("dispose", &NativeModel::Dispose),
                        });
@@ -691,6 +692,18 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
     return info.Env().Undefined();
   }
 
+  // setFusedDecode(on): the engine's decode-time CPU kernels (RMSNorm, RoPE,
+  // paged attention) instead of torch op compositions; on by default.
+  Napi::Value SetFusedDecode(const Napi::CallbackInfo& info) {
+    if (!info[0].IsBoolean()) type_error(info.Env(), "expected a boolean for fusedDecode");
+    const bool on = info[0].As<Napi::Boolean>().Value();
+    sync(info.Env(), [on](ModelState& s) {
+      s.model->set_fused_inference(on);
+      return 0;
+    });
+    return info.Env().Undefined();
+  }
+
   Napi::Value Info(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Napi::Object o = Napi::Object::New(env);
@@ -702,6 +715,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
       o.Set("hasReference", s.reference != nullptr);
       o.Set("threads", at::get_num_threads());
       o.Set("batchInvariant", s.engine->batch_invariant());
+      o.Set("fusedDecode", s.model->fused_inference_enabled());
       return 0;
     });
     return o;

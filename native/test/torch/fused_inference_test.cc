@@ -1,0 +1,182 @@
+// The engine's decode-time fast paths (kernels.h section 5, Model::
+// set_fused_inference) against the plain torch compositions they replace, on
+// the same inputs: RMSNorm, RoPE and paged decode attention one by one
+// (float64 and float32, GQA, ragged context lengths, scattered cache slots),
+// then whole engines — every model type, decode and prefill rows mixed,
+// forks sharing blocks — with fusion on and off: a float64 model's logits
+// (returned as float32) within 1e-12 relative (bitwise in practice) and the
+// same sampled tokens; a float32 model's within 1e-5. A train
+// step never takes the fast path (autograd on), nor does score_sequences.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <random>
+
+#include "test/check.h"
+#include "tiny_model.h"
+#include "torch/device.h"
+#include "torch/engine.h"
+#include "torch/model.h"
+
+using namespace arpo::model;
+using arpo_test::random_tokens;
+using arpo_test::tiny_config;
+using arpo_test::tolerance_ratio;
+
+namespace {
+
+double tol(at::ScalarType t) { return t == at::kDouble ? 1e-12 : 1e-5; }
+
+void test_rms_norm_and_rope(at::ScalarType dt) {
+  ModelConfig c = tiny_config("qwen3");
+  Model m(c, dt);
+  m.init_weights(3);
+  at::manual_seed(5);
+  at::Tensor x = at::randn({7, 4, 16}, at::TensorOptions().dtype(dt)) * 3;
+  at::Tensor w = at::randn({16}, at::TensorOptions().dtype(dt));
+  at::Tensor plain, fused;
+  {
+    at::NoGradGuard ng;
+    plain = m.rms_norm(x, w);  // no scope: the composition
+    {
+      const FusedInferenceScope scope(true);
+      CHECK(m.fused_inference(x));
+      fused = m.rms_norm(x, w);
+    }
+  }
+  CHECK(tolerance_ratio(fused, plain, tol(dt), tol(dt)) <= 1.0);
+  // The composition's own definition, independently: w * x / sqrt(mean(x^2) + eps).
+  at::Tensor xd = x.to(at::kDouble);
+  at::Tensor ref = w.to(at::kDouble) * xd / (xd.pow(2).mean(-1, true) + c.rms_norm_eps).sqrt();
+  CHECK(tolerance_ratio(fused, ref, tol(dt) * 10, tol(dt) * 10) <= 1.0);
+
+  at::Tensor pos = at::tensor(std::vector<int64_t>{0, 1, 5, 17, 300, 301, 2047});
+  at::Tensor q = at::randn({7, 4, 16}, at::TensorOptions().dtype(dt));
+  at::Tensor rp, rf;
+  {
+    at::NoGradGuard ng;
+    const auto tables = m.rope_tables(pos);
+    rp = m.apply_rope(q, tables);
+    const FusedInferenceScope scope(true);
+    rf = m.apply_rope(q.clone(), tables);
+  }
+  CHECK(tolerance_ratio(rf, rp, tol(dt), tol(dt)) <= 1.0);
+  CHECK(!rf.equal(q));  // it did rotate
+  // With autograd on (a train step) the composition runs even inside a scope.
+  {
+    const FusedInferenceScope scope(true);
+    at::Tensor g = x.clone().requires_grad_(true);
+    CHECK(!m.fused_inference(g));
+    at::Tensor y = m.rms_norm(g, w);
+    CHECK(y.requires_grad());
+  }
+  // Off switch: the model composes inside the scope too.
+  m.set_fused_inference(false);
+  {
+    at::NoGradGuard ng;
+    const FusedInferenceScope scope(true);
+    CHECK(!m.fused_inference(x));
+  }
+}
+
+// The plain decode attention of engine.cc: gather, pad, softmax, matmul.
+at::Tensor plain_decode(const at::Tensor& q, const at::Tensor& kpool, const at::Tensor& vpool, const at::Tensor& rows,
+                        const at::Tensor& slots, const at::Tensor& lengths, double scale) {
+  const int64_t B = rows.size(0), max_ctx = slots.size(1), H = q.size(1), D = q.size(2), KVH = kpool.size(1), G = H / KVH;
+  at::Tensor qd = q.index_select(0, rows).view({B, KVH, G, D});
+  at::Tensor kd = kpool.index_select(0, slots.view(-1)).view({B, max_ctx, KVH, D});
+  at::Tensor vd = vpool.index_select(0, slots.view(-1)).view({B, max_ctx, KVH, D});
+  at::Tensor scores = at::matmul(qd, kd.permute({0, 2, 3, 1})).mul(scale);
+  at::Tensor pad = at::arange(max_ctx, at::kLong).unsqueeze(0) >= lengths.unsqueeze(1);
+  scores = scores.masked_fill(pad.view({B, 1, 1, max_ctx}), -std::numeric_limits<double>::infinity());
+  at::Tensor probs = at::softmax(scores, -1, q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat).to(q.scalar_type());
+  return at::matmul(probs, vd.permute({0, 2, 1, 3})).reshape({B, H * D});
+}
+
+void test_decode_attention(at::ScalarType dt) {
+  at::manual_seed(9);
+  const int64_t N = 9, H = 8, KVH = 2, D = 16, pool = 200, B = 5, max_ctx = 37;
+  const auto o = at::TensorOptions().dtype(dt);
+  at::Tensor q = at::randn({N, H, D}, o), kpool = at::randn({pool, KVH, D}, o) * 2, vpool = at::randn({pool, KVH, D}, o);
+  at::Tensor rows = at::tensor(std::vector<int64_t>{8, 0, 3, 5, 1});
+  at::Tensor lengths = at::tensor(std::vector<int64_t>{37, 1, 12, 30, 2});
+  at::Tensor slots = at::randint(0, pool, {B, max_ctx}, at::kLong);  // scattered, repeated slots allowed
+  at::Tensor out = at::full({N, H * D}, 7.0, o);                       // rows not decoded stay untouched
+  const double scale = 0.25;
+  dispatch::decode_attention(out, q, kpool, vpool, rows, slots, lengths, scale);
+  at::Tensor ref = plain_decode(q, kpool, vpool, rows, slots, lengths, scale);
+  CHECK(tolerance_ratio(out.index_select(0, rows), ref, tol(dt), tol(dt)) <= 1.0);
+  CHECK(out[2].eq(7.0).all().item<bool>() && out[4].eq(7.0).all().item<bool>());
+  // Bad input is an error naming what is wrong, not a read out of bounds.
+  at::Tensor bad = slots.clone();
+  bad[1][0] = pool + 3;
+  CHECK_THROWS(dispatch::decode_attention(out, q, kpool, vpool, rows, bad, lengths, scale), "outside the pool of 200");
+  at::Tensor badlen = lengths.clone();
+  badlen[0] = max_ctx + 1;
+  CHECK_THROWS(dispatch::decode_attention(out, q, kpool, vpool, rows, slots, badlen, scale), "outside [1, 37]");
+  CHECK_THROWS(dispatch::decode_attention(out, q, kpool.to(at::kBFloat16), vpool, rows, slots, lengths, scale), "key pool");
+}
+
+// One engine run: a shared prompt, forks, then steps mixing decode rows and
+// multi-token (tool result) rows; every step's logits and sampled tokens.
+struct Run {
+  std::vector<at::Tensor> logits;
+  std::vector<std::vector<int32_t>> tokens;
+};
+
+Run run_engine(const Model& m, uint32_t seed) {
+  Engine e(m, KVCache::Options{4, 8, 0}, 1);
+  KVCache& kv = e.cache();
+  const int64_t V = m.config().vocab_size;
+  const int32_t root = kv.new_path(0);
+  e.extend_logits({root}, {random_tokens(21, V, seed)});
+  std::vector<int32_t> paths;
+  for (int i = 0; i < 5; ++i) paths.push_back(kv.fork(root, 21 - (i % 3), 100 + i));  // mid-block forks
+  std::mt19937 g(seed);
+  arpo::kernels::SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.seed = 42;
+  Run r;
+  std::vector<int32_t> last(paths.size(), 1);
+  for (int step = 0; step < 12; ++step) {
+    std::vector<std::vector<int32_t>> inputs;
+    for (size_t i = 0; i < paths.size(); ++i) {
+      const bool tool_result = (step + i) % 5 == 3;
+      inputs.push_back(tool_result ? random_tokens(2 + g() % 9, V, seed + step * 31 + i) : std::vector<int32_t>{last[i]});
+    }
+    DecodeResult d = e.extend(paths, inputs, sp);
+    r.tokens.push_back(d.tokens);
+    for (size_t i = 0; i < paths.size(); ++i) last[i] = d.tokens[i];
+    r.logits.push_back(e.extend_logits({paths[step % paths.size()]}, {{last[step % paths.size()]}}));
+    last[step % paths.size()] = static_cast<int32_t>(r.logits.back().argmax(-1).item<int64_t>());
+    if (step == 6) paths.push_back(kv.fork(paths[1], kv.length(paths[1]) - 2, 300));
+    if (paths.size() > last.size()) last.push_back(3);
+  }
+  return r;
+}
+
+void test_engine(const std::string& type, at::ScalarType dt) {
+  ModelConfig c = tiny_config(type);
+  Model m(c, dt);
+  m.init_weights(17);
+  const Run fused = run_engine(m, 5);
+  m.set_fused_inference(false);
+  const Run plain = run_engine(m, 5);
+  double worst = 0;
+  for (size_t i = 0; i < plain.logits.size(); ++i) worst = std::max(worst, tolerance_ratio(fused.logits[i], plain.logits[i], tol(dt), tol(dt)));
+  std::printf("%s %s: fused vs plain engine logits, worst |diff| / (tol + tol |ref|) = %.3g\n", type.c_str(),
+              c10::toString(dt), worst);
+  CHECK(worst <= 1.0);
+  if (dt == at::kDouble) CHECK(fused.tokens == plain.tokens);
+}
+
+}  // namespace
+
+int main() {
+  for (at::ScalarType dt : {at::kDouble, at::kFloat}) {
+    test_rms_norm_and_rope(dt);
+    test_decode_attention(dt);
+    for (const char* type : {"qwen2", "qwen3", "llama"}) test_engine(type, dt);
+  }
+  return arpo_test::summary();
+}
