@@ -240,7 +240,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (!fused_inference_supported(x) || x.dim() < 1) throw ModelError("rms_norm: expected a contiguous float or double CPU tensor");
   const int64_t dim = x.size(-1), rows = dim > 0 ? x.numel() / dim : 0;
   expect_like(weight, x, "rms_norm", "weight");
-  if (weight.numel() != dim) throw ModelError("rms_norm: weight has " + std::to_string(weight.numel()) + " elements, rows " + std::to_string(dim));
+  if (weight.numel() != dim) throw ModelError("rms_norm: weight has " + std::to_string(weight.numel()) + " elements but rows have " + std::to_string(dim));
   at::Tensor out = at::empty_like(x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rms_norm", [&] {
     const scalar_t* xp = x.data_ptr<scalar_t>();

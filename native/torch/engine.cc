@@ -363,7 +363,7 @@ at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::v
   at::Tensor logits;
   {
     at::NoGradGuard no_grad;
-    const FusedInferenceScope fused(model_.fused_inference_enabled());
+    const FusedInferenceScope fused;  // the model's own switch still decides
     at::Tensor hidden = model_.forward_hidden(ids, positions, attention, batch_invariant_);
     logits = model_.logits(hidden.index_select(0, last_rows), batch_invariant_).to(at::kFloat).contiguous();
   }

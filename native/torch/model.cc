@@ -308,9 +308,8 @@ namespace {
 thread_local bool fused_scope = false;
 }  // namespace
 
-FusedInferenceScope::FusedInferenceScope(bool on) : previous_(fused_scope) { fused_scope = on; }
+FusedInferenceScope::FusedInferenceScope() : previous_(fused_scope) { fused_scope = true; }
 FusedInferenceScope::~FusedInferenceScope() { fused_scope = previous_; }
-bool FusedInferenceScope::active() { return fused_scope; }
 
 bool Model::fused_inference(const at::Tensor& x) const {
   return fused_inference_ && fused_scope && !at::GradMode::is_enabled() && dispatch::fused_inference_supported(x);
@@ -344,10 +343,6 @@ at::Tensor Model::apply_rope(const at::Tensor& x, const std::pair<at::Tensor, at
   const int64_t half = x.size(-1) / 2;
   at::Tensor rotated = at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
   return x * cos + rotated * sin;
-}
-
-at::Tensor Model::apply_rope(const at::Tensor& x, const at::Tensor& positions) const {
-  return apply_rope(x, rope_tables(positions));
 }
 
 at::Tensor dense(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b) {

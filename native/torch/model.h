@@ -150,11 +150,10 @@ class Model {
   // RMSNorm as HF computes it: in float32 (float64 for float64 models),
   // y = w * (x / sqrt(mean(x^2) + eps)) cast back to x's dtype.
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
-  // HF rotate_half RoPE on x (N, heads, D) at positions (N).
-  at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& positions) const;
   // The RoPE tables of positions (N): cos and sin of cat(angles, angles),
   // (N, D) in the model dtype; forward_hidden computes them once for every layer.
   std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
+  // HF rotate_half RoPE on x (N, heads, D) with the tables of its positions.
   at::Tensor apply_rope(const at::Tensor& x, const std::pair<at::Tensor, at::Tensor>& tables) const;
 
   // Decode-time fast paths (kernels.h section 5, via dispatch::): RMSNorm,
@@ -192,11 +191,10 @@ class Model {
 // Model::set_fused_inference) for the scope's lifetime.
 class FusedInferenceScope {
  public:
-  explicit FusedInferenceScope(bool on);
+  FusedInferenceScope();
   ~FusedInferenceScope();
   FusedInferenceScope(const FusedInferenceScope&) = delete;
   FusedInferenceScope& operator=(const FusedInferenceScope&) = delete;
-  static bool active();
 
  private:
   bool previous_;

@@ -39,7 +39,7 @@ void test_rms_norm_and_rope(at::ScalarType dt) {
     at::NoGradGuard ng;
     plain = m.rms_norm(x, w);  // no scope: the composition
     {
-      const FusedInferenceScope scope(true);
+      const FusedInferenceScope scope;
       CHECK(m.fused_inference(x));
       fused = m.rms_norm(x, w);
     }
@@ -57,14 +57,14 @@ void test_rms_norm_and_rope(at::ScalarType dt) {
     at::NoGradGuard ng;
     const auto tables = m.rope_tables(pos);
     rp = m.apply_rope(q, tables);
-    const FusedInferenceScope scope(true);
+    const FusedInferenceScope scope;
     rf = m.apply_rope(q.clone(), tables);
   }
   CHECK(tolerance_ratio(rf, rp, tol(dt), tol(dt)) <= 1.0);
   CHECK(!rf.equal(q));  // it did rotate
   // With autograd on (a train step) the composition runs even inside a scope.
   {
-    const FusedInferenceScope scope(true);
+    const FusedInferenceScope scope;
     at::Tensor g = x.clone().requires_grad_(true);
     CHECK(!m.fused_inference(g));
     at::Tensor y = m.rms_norm(g, w);
@@ -74,7 +74,7 @@ void test_rms_norm_and_rope(at::ScalarType dt) {
   m.set_fused_inference(false);
   {
     at::NoGradGuard ng;
-    const FusedInferenceScope scope(true);
+    const FusedInferenceScope scope;
     CHECK(!m.fused_inference(x));
   }
 }
