@@ -15,6 +15,7 @@ import { compareFamilies, evaluate, familyStats } from '../train/evaluate';
 import { writeReport } from '../train/report';
 import { runPretrain, type PretrainSettings, type PretrainSummary } from '../train/pretrain';
 import { readSftData, runSft, type SftSummary } from '../train/sft';
+import { readMetrics } from '../train/metrics';
 import { train } from '../train/trainer';
 
 export interface DemoOptions {
@@ -26,6 +27,11 @@ export interface DemoOptions {
   steps?: number;
   /** Extra `--set`-style overrides of the RL config (nested object). */
   overrides?: Record<string, unknown>;
+  /**
+   * Also train trajectory-level GRPO from the same SFT checkpoint (same M,
+   * prompts, seed and steps) and put it beside ARPO in the summary and report.
+   */
+  compare?: boolean;
   progress?: { write(s: string): boolean; isTTY?: boolean };
 }
 
@@ -33,11 +39,25 @@ export interface DemoSummary {
   out: string;
   pretrain: { steps: number; firstLoss: number; lastLoss: number };
   sft: { steps: number; firstLoss: number; lastLoss: number; testAccuracy: number; testReward: number; testToolCalls: number };
-  rl: { steps: number; testAccuracy: number; testReward: number; testToolCalls: number };
+  rl: RlSummary;
+  /** With --compare: trajectory-level GRPO from the same SFT checkpoint, same M, prompts, seed and steps. */
+  grpo?: RlSummary;
   /** Held-out test accuracy per task family (and `all`), SFT vs SFT + ARPO, with standard errors. */
   families: ReturnType<typeof compareFamilies>;
-  seconds: { build: number; pretrain: number; sft: number; rl: number; total: number };
+  /** With --compare: the same for SFT vs SFT + GRPO. */
+  grpoFamilies?: ReturnType<typeof compareFamilies>;
+  seconds: { build: number; pretrain: number; sft: number; rl: number; grpo?: number; total: number };
   report: string;
+}
+
+/** One RL run of the demo: its held-out test results and the tool calls its training rollouts executed. */
+export interface RlSummary {
+  steps: number;
+  testAccuracy: number;
+  testReward: number;
+  testToolCalls: number;
+  /** Tool calls executed per prompt during training (the rollout budget the paper counts), mean over steps. */
+  trainToolCallsPerPrompt: number;
 }
 
 /** The tiny decoder the demo trains (Qwen3 layout with q/k norms), sized for 2 CPU cores. */
@@ -215,19 +235,48 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   const testLimit = quick ? 24 : 0;
   say('[demo] evaluating the SFT model on the held-out test split');
   const sftEval = await evaluate(sftDir, env.files.test, cfg, { limit: testLimit, workDir: out, outFile: path.join(out, 'test-sft.jsonl') });
+  const sftEvalSeconds = (Date.now() - tSft) / 1000;
   say(`[demo] SFT test accuracy ${sftEval.metrics['acc/mean']?.toFixed(3)} | reward ${sftEval.metrics['reward/mean']?.toFixed(3)}`);
 
-  // 5. ARPO RL from the SFT checkpoint.
-  say(`[demo] ARPO RL for ${cfg.train.steps} steps`);
-  const summary = await train(cfg, { progress: options.progress, report: false });
-  const rlModel = path.join(rlRun, 'checkpoints', fs.readFileSync(path.join(rlRun, 'checkpoints', 'latest'), 'utf8').trim(), 'model');
-  const tRl = Date.now();
-  say('[demo] evaluating the RL model on the held-out test split');
-  const rlEval = await evaluate(rlModel, env.files.test, cfg, { limit: testLimit, workDir: out, outFile: path.join(out, 'test-rl.jsonl') });
-  const families = compareFamilies(familyStats(sftEval.rows), familyStats(rlEval.rows));
-  const seconds = { build: (tBuild - t0) / 1000, pretrain: trained.seconds.pretrain, sft: trained.seconds.sft, rl: (tRl - tSft) / 1000, total: 0 };
-  const stages = { 'world build': seconds.build, pretraining: seconds.pretrain, SFT: seconds.sft, 'SFT evaluation, ARPO RL': seconds.rl, 'RL evaluation, report': (Date.now() - tRl) / 1000 };
-  const report = await writeReport([rlRun], path.join(out, 'report.html'), { heldOut: { before: 'SFT', after: 'SFT + ARPO', families }, stages });
+  // 5. ARPO RL from the SFT checkpoint (and, with --compare, trajectory-level GRPO from the same one).
+  const rlRuns: { name: string; dir: string; cfg: RunConfig; label: string }[] = [{ name: 'ARPO', dir: rlRun, cfg, label: 'rl' }];
+  if (options.compare) {
+    const grpoCfg = demoRunConfig(envDir, sftDir, path.join(out, 'grpo'), options.seed, quick, options.steps, deepMerge(options.overrides ?? {}, { algorithm: { name: 'grpo' }, rollout: { mode: 'trajectory' } }));
+    rlRuns.push({ name: 'GRPO', dir: grpoCfg.train.outDir, cfg: grpoCfg, label: 'grpo' });
+  }
+  const results: { summary: RlSummary; rows: Awaited<ReturnType<typeof evaluate>>['rows']; seconds: number }[] = [];
+  for (const run of rlRuns) {
+    const t = Date.now();
+    say(`[demo] ${run.name} RL for ${run.cfg.train.steps} steps`);
+    const summary = await train(run.cfg, { progress: options.progress, report: false });
+    const ckpts = path.join(run.dir, 'checkpoints');
+    const model = path.join(ckpts, fs.readFileSync(path.join(ckpts, 'latest'), 'utf8').trim(), 'model');
+    say(`[demo] evaluating the ${run.name} model on the held-out test split`);
+    const ev = await evaluate(model, env.files.test, run.cfg, { limit: testLimit, workDir: out, outFile: path.join(out, `test-${run.label}.jsonl`) });
+    const trainSteps = readMetrics(path.join(run.dir, 'metrics.jsonl')).filter((r) => r.phase === 'train');
+    const perPrompt = trainSteps.map((r) => r.metrics['tools/executed_per_prompt']).filter((v): v is number => v !== undefined);
+    results.push({
+      summary: {
+        steps: summary.stepsDone,
+        testAccuracy: ev.metrics['acc/mean'] ?? NaN,
+        testReward: ev.metrics['reward/mean'] ?? NaN,
+        testToolCalls: ev.metrics['tools/calls_per_traj'] ?? NaN,
+        trainToolCallsPerPrompt: perPrompt.length > 0 ? perPrompt.reduce((a, b) => a + b, 0) / perPrompt.length : NaN,
+      },
+      rows: ev.rows,
+      seconds: (Date.now() - t) / 1000,
+    });
+  }
+  const sftFamilies = familyStats(sftEval.rows);
+  const families = compareFamilies(sftFamilies, familyStats(results[0]!.rows));
+  const grpo = results[1];
+  const grpoFamilies = grpo ? compareFamilies(sftFamilies, familyStats(grpo.rows)) : undefined;
+  const seconds: DemoSummary['seconds'] = { build: (tBuild - t0) / 1000, pretrain: trained.seconds.pretrain, sft: trained.seconds.sft, rl: sftEvalSeconds + results[0]!.seconds, total: 0 };
+  if (grpo) seconds.grpo = grpo.seconds;
+  const stages: Record<string, number> = { 'world build': seconds.build, pretraining: seconds.pretrain, SFT: seconds.sft, 'SFT evaluation': sftEvalSeconds, 'ARPO RL + evaluation': results[0]!.seconds };
+  if (grpo) stages['GRPO RL + evaluation'] = grpo.seconds;
+  const heldOut = { before: 'SFT', after: 'SFT + ARPO', families, ...(grpoFamilies ? { alt: { name: 'SFT + GRPO', families: grpoFamilies } } : {}) };
+  const report = await writeReport(rlRuns.map((r) => r.dir), path.join(out, 'report.html'), { heldOut, stages });
   seconds.total = (Date.now() - t0) / 1000;
   const result: DemoSummary = {
     out,
@@ -238,33 +287,36 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       testReward: sftEval.metrics['reward/mean'] ?? NaN,
       testToolCalls: sftEval.metrics['tools/calls_per_traj'] ?? NaN,
     },
-    rl: {
-      steps: summary.stepsDone,
-      testAccuracy: rlEval.metrics['acc/mean'] ?? NaN,
-      testReward: rlEval.metrics['reward/mean'] ?? NaN,
-      testToolCalls: rlEval.metrics['tools/calls_per_traj'] ?? NaN,
-    },
+    rl: results[0]!.summary,
+    ...(grpo ? { grpo: grpo.summary } : {}),
     families,
+    ...(grpoFamilies ? { grpoFamilies } : {}),
     seconds,
     report,
   };
   fs.writeFileSync(path.join(out, 'summary.json'), `${JSON.stringify(result, null, 2)}\n`);
+  const modelRow = (name: string, r: { testAccuracy: number; testReward: number; testToolCalls: number }, train?: number): string =>
+    `| ${name} | ${r.testAccuracy.toFixed(3)} | ${r.testReward.toFixed(3)} | ${r.testToolCalls.toFixed(2)} | ${train === undefined ? '-' : train.toFixed(2)} |`;
+  const familyRows = (fams: ReturnType<typeof compareFamilies>, who: string): string[] =>
+    Object.entries(fams).map(
+      ([f, c]) => `| ${who}${f} | ${c.before.n} | ${c.before.accuracy.toFixed(3)} ± ${c.before.se.toFixed(3)} | ${c.after.accuracy.toFixed(3)} ± ${c.after.se.toFixed(3)} | ${c.delta >= 0 ? '+' : ''}${c.delta.toFixed(3)} ± ${c.se.toFixed(3)}${c.worse ? ' (worse)' : ''} |`,
+    );
   say(
     [
       '',
-      `| model | test accuracy | test reward | tool calls / question |`,
-      `| --- | --- | --- | --- |`,
-      `| SFT | ${result.sft.testAccuracy.toFixed(3)} | ${result.sft.testReward.toFixed(3)} | ${result.sft.testToolCalls.toFixed(2)} |`,
-      `| SFT + ARPO (${result.rl.steps} steps) | ${result.rl.testAccuracy.toFixed(3)} | ${result.rl.testReward.toFixed(3)} | ${result.rl.testToolCalls.toFixed(2)} |`,
-      '',
-      `| family | questions | SFT accuracy | SFT + ARPO accuracy | change (± 1 SE) |`,
+      `| model | test accuracy | test reward | tool calls / question | training tool calls / prompt |`,
       `| --- | --- | --- | --- | --- |`,
-      ...Object.entries(families).map(
-        ([f, c]) => `| ${f} | ${c.before.n} | ${c.before.accuracy.toFixed(3)} ± ${c.before.se.toFixed(3)} | ${c.after.accuracy.toFixed(3)} ± ${c.after.se.toFixed(3)} | ${c.delta >= 0 ? '+' : ''}${c.delta.toFixed(3)} ± ${c.se.toFixed(3)}${c.worse ? ' (worse)' : ''} |`,
-      ),
+      modelRow('SFT', result.sft),
+      modelRow(`SFT + ARPO (${result.rl.steps} steps)`, result.rl, result.rl.trainToolCallsPerPrompt),
+      ...(result.grpo ? [modelRow(`SFT + GRPO (${result.grpo.steps} steps)`, result.grpo, result.grpo.trainToolCallsPerPrompt)] : []),
+      '',
+      `| family | questions | SFT accuracy | after RL accuracy | change (± 1 SE) |`,
+      `| --- | --- | --- | --- | --- |`,
+      ...familyRows(families, result.grpo ? 'ARPO: ' : ''),
+      ...(grpoFamilies ? familyRows(grpoFamilies, 'GRPO: ') : []),
       '',
       `report: ${report}`,
-      `wall time: ${result.seconds.total.toFixed(0)} s (build ${result.seconds.build.toFixed(0)}, pretraining ${result.seconds.pretrain.toFixed(0)}, SFT ${result.seconds.sft.toFixed(0)}, RL ${result.seconds.rl.toFixed(0)})`,
+      `wall time: ${result.seconds.total.toFixed(0)} s (build ${result.seconds.build.toFixed(0)}, pretraining ${result.seconds.pretrain.toFixed(0)}, SFT ${result.seconds.sft.toFixed(0)}, RL ${result.seconds.rl.toFixed(0)}${result.seconds.grpo !== undefined ? `, GRPO ${result.seconds.grpo.toFixed(0)}` : ''})`,
     ].join('\n'),
   );
   return result;

@@ -100,11 +100,12 @@ export function buildProgram(argv: readonly string[] = process.argv): Command {
     .description('the embedded demo: a synthetic world, SFT of a tiny model, then ARPO RL that improves held-out accuracy (no downloads)')
     .option('-o, --out <dir>', 'output directory', 'runs/demo')
     .option('--seed <n>', 'seed of the world, model and run', (v) => Number.parseInt(v, 10), 1)
-    .option('--steps <n>', 'RL steps (default 20; 3 with --quick)', (v) => Number.parseInt(v, 10))
+    .option('--steps <n>', 'RL steps (default 40; 3 with --quick)', (v) => Number.parseInt(v, 10))
     .option('--quick', 'a small, fast run (smoke test)')
-    .action(async (opts: { out: string; seed: number; steps?: number; quick?: boolean }) => {
+    .option('--compare', 'also train trajectory-level GRPO from the same SFT checkpoint (same M, prompts, seed and steps) and report both side by side')
+    .action(async (opts: { out: string; seed: number; steps?: number; quick?: boolean; compare?: boolean }) => {
       const { runDemo } = require('./demo') as typeof import('./demo');
-      await runDemo({ out: opts.out, seed: opts.seed, steps: opts.steps, quick: opts.quick === true });
+      await runDemo({ out: opts.out, seed: opts.seed, steps: opts.steps, quick: opts.quick === true, compare: opts.compare === true });
     });
 
   program

@@ -176,8 +176,12 @@ const SUMMARY_ROWS: { label: string; key: string; phase: string; which: 'first' 
 
 /** What a caller that ran more than the training (the demo) adds to the report. */
 export interface ReportExtras {
-  /** Held-out evaluation per family, before and after RL (evaluate.ts compareFamilies). */
-  heldOut?: { before: string; after: string; families: ReturnType<typeof compareFamilies> };
+  /**
+   * Held-out evaluation per family, before and after RL (evaluate.ts
+   * compareFamilies); `alt`: a second RL run from the same model (e.g. GRPO
+   * beside ARPO), its columns next to the first's.
+   */
+  heldOut?: { before: string; after: string; families: ReturnType<typeof compareFamilies>; alt?: { name: string; families: ReturnType<typeof compareFamilies> } };
   /** Wall time per stage, in seconds, in order. */
   stages?: Record<string, number>;
 }
@@ -185,16 +189,25 @@ export interface ReportExtras {
 /** The held-out table: per family its count, accuracy ± standard error before and after, the change ± its error, tool calls. */
 export function heldOutSection(h: NonNullable<ReportExtras['heldOut']>): string {
   const pct = (s: FamilyStats): string => `${s.accuracy.toFixed(3)} ± ${s.se.toFixed(3)}`;
-  const rows = Object.entries(h.families).map(
-    ([f, c]) =>
-      `<tr${c.worse ? ' class="worse"' : ''}><th>${escapeHtml(f)}</th><td>${c.before.n}</td><td>${pct(c.before)}</td><td>${pct(c.after)}</td>` +
-      `<td>${c.delta >= 0 ? '+' : ''}${c.delta.toFixed(3)} ± ${c.se.toFixed(3)}</td><td>${c.before.toolCalls.toFixed(2)}</td><td>${c.after.toolCalls.toFixed(2)}</td></tr>`,
-  );
+  type Change = ReturnType<typeof compareFamilies>[string];
+  const change = (c: Change): string => `<td${c.worse ? ' class="worse"' : ''}>${c.delta >= 0 ? '+' : ''}${c.delta.toFixed(3)} ± ${c.se.toFixed(3)}</td>`;
+  const alt = h.alt;
+  const rows = Object.entries(h.families).map(([f, c]) => {
+    const a = alt?.families[f];
+    return (
+      `<tr><th>${escapeHtml(f)}</th><td>${c.before.n}</td><td>${pct(c.before)}</td><td>${pct(c.after)}</td>${change(c)}` +
+      (alt ? (a ? `<td>${pct(a.after)}</td>${change(a)}` : '<td>-</td><td>-</td>') : '') +
+      `<td>${c.before.toolCalls.toFixed(2)}</td><td>${c.after.toolCalls.toFixed(2)}</td>${alt ? `<td>${a ? a.after.toolCalls.toFixed(2) : '-'}</td>` : ''}</tr>`
+    );
+  });
+  const n = (s: string): string => escapeHtml(s);
   return [
     '<section id="heldout"><h2>Held-out test questions, by family</h2>',
-    `<table><tr><th>family</th><th>questions</th><th>accuracy: ${escapeHtml(h.before)}</th><th>accuracy: ${escapeHtml(h.after)}</th><th>change</th><th>tool calls: ${escapeHtml(h.before)}</th><th>tool calls: ${escapeHtml(h.after)}</th></tr>`,
+    `<table><tr><th>family</th><th>questions</th><th>accuracy: ${n(h.before)}</th><th>accuracy: ${n(h.after)}</th><th>change</th>` +
+      (alt ? `<th>accuracy: ${n(alt.name)}</th><th>change</th>` : '') +
+      `<th>tool calls: ${n(h.before)}</th><th>tool calls: ${n(h.after)}</th>${alt ? `<th>tool calls: ${n(alt.name)}</th>` : ''}</tr>`,
     ...rows,
-    '</table><p>± one standard error (sqrt(p(1-p)/n); for the change, of both). A family whose accuracy fell by more than that error is marked red.</p></section>',
+    '</table><p>± one standard error (sqrt(p(1-p)/n); for the change, of both). A change that fell by more than that error is marked red.</p></section>',
   ].join('\n');
 }
 
@@ -225,7 +238,7 @@ export async function renderReport(runs: RunData[], title = 'arpo report', extra
     '<html lang="en"><head><meta charset="utf-8">',
     `<title>${escapeHtml(title)}</title>`,
     '<style>body{font-family:system-ui,sans-serif;margin:24px;color:#222}figure{display:inline-block;margin:8px}figure.tree{display:block}',
-    'table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}th:first-child{text-align:left}.empty{color:#888}tr.worse td{color:#c00}</style>',
+    'table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}th:first-child{text-align:left}.empty{color:#888}td.worse{color:#c00}</style>',
     '</head><body>',
     `<h1>${escapeHtml(title)}</h1>`,
     `<p>Runs: ${runs.map((r) => `<code>${escapeHtml(r.dir)}</code>`).join(', ')}</p>`,

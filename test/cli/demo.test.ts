@@ -18,26 +18,40 @@ function meanOf(file: string, key: string): number {
   return rows.reduce((a, r) => a + (r[key] as number), 0) / rows.length;
 }
 
-test('the quick demo runs every stage and writes consistent results', async () => {
+test('the quick demo with --compare runs every stage, trains GRPO beside ARPO from the same SFT model, and writes consistent results', async () => {
   const lines: string[] = [];
   const out = path.join(tmp, 'run');
-  const s = await runDemo({ out, seed: 5, quick: true, progress: { write: (x) => lines.push(x) > 0 } });
+  const s = await runDemo({ out, seed: 5, quick: true, compare: true, progress: { write: (x) => lines.push(x) > 0 } });
   for (const d of ['model-init', 'model-pretrained', 'model-sft']) expect(fs.existsSync(path.join(out, d, 'model.safetensors'))).toBe(true);
   expect(fs.existsSync(path.join(out, 'report.html'))).toBe(true);
   expect(s.pretrain.steps).toBe(40);
   expect(readMetrics(path.join(out, 'pretrain-metrics.jsonl')).length).toBe(40);
   expect(s.sft.lastLoss).toBeLessThan(s.sft.firstLoss);
   expect(s.rl.steps).toBe(3);
-  expect(readMetrics(path.join(out, 'rl', 'metrics.jsonl')).filter((r) => r.phase === 'train').length).toBe(3);
+  const arpoTrain = readMetrics(path.join(out, 'rl', 'metrics.jsonl')).filter((r) => r.phase === 'train');
+  const grpoTrain = readMetrics(path.join(out, 'grpo', 'metrics.jsonl')).filter((r) => r.phase === 'train');
+  expect(arpoTrain.length).toBe(3);
+  expect(grpoTrain.length).toBe(3);
+  // GRPO is trajectory-level (no branching) at the same M over the same prompts.
+  expect(grpoTrain.every((r) => r.metrics['rollout/branch_events'] === 0)).toBe(true);
+  expect(grpoTrain.map((r) => r.metrics['rollout/trajectories'])).toEqual(arpoTrain.map((r) => r.metrics['rollout/trajectories']));
+  expect(JSON.parse(fs.readFileSync(path.join(out, 'grpo', 'config.json'), 'utf8')).rollout.mode).toBe('trajectory');
+  // The training tool calls per prompt are the mean over the run's steps.
+  const meanMetric = (rs: typeof arpoTrain, k: string) => rs.reduce((a, r) => a + (r.metrics[k] as number), 0) / rs.length;
+  expect(s.rl.trainToolCallsPerPrompt).toBeCloseTo(meanMetric(arpoTrain, 'tools/executed_per_prompt'), 12);
+  expect(s.grpo!.trainToolCallsPerPrompt).toBeCloseTo(meanMetric(grpoTrain, 'tools/executed_per_prompt'), 12);
+  expect(s.grpo!.steps).toBe(3);
   // The summary's accuracies are the means of the per-question files.
   expect(s.sft.testAccuracy).toBeCloseTo(meanOf(path.join(out, 'test-sft.jsonl'), 'accuracy'), 10);
   expect(s.rl.testAccuracy).toBeCloseTo(meanOf(path.join(out, 'test-rl.jsonl'), 'accuracy'), 10);
+  expect(s.grpo!.testAccuracy).toBeCloseTo(meanOf(path.join(out, 'test-grpo.jsonl'), 'accuracy'), 10);
+  expect(s.grpo!.testToolCalls).toBeCloseTo(meanOf(path.join(out, 'test-grpo.jsonl'), 'toolCalls'), 10);
   expect(JSON.parse(fs.readFileSync(path.join(out, 'summary.json'), 'utf8'))).toEqual(JSON.parse(JSON.stringify(s)));
   // Per family: the counts, accuracies and standard errors of the per-question files, recomputed naively.
-  for (const [stage, file] of [['before', 'test-sft.jsonl'], ['after', 'test-rl.jsonl']] as const) {
+  for (const [stage, file, fams] of [['before', 'test-sft.jsonl', s.families], ['after', 'test-rl.jsonl', s.families], ['after', 'test-grpo.jsonl', s.grpoFamilies!]] as const) {
     const rows = fs.readFileSync(path.join(out, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { family: string; accuracy: number });
-    expect(new Set(rows.map((r) => r.family))).toEqual(new Set(Object.keys(s.families).filter((f) => f !== 'all')));
-    for (const [f, c] of Object.entries(s.families)) {
+    expect(new Set(rows.map((r) => r.family))).toEqual(new Set(Object.keys(fams).filter((f) => f !== 'all')));
+    for (const [f, c] of Object.entries(fams)) {
       const rs = f === 'all' ? rows : rows.filter((r) => r.family === f);
       const p = rs.reduce((a, r) => a + r.accuracy, 0) / rs.length;
       expect(c[stage].n).toBe(rs.length);
@@ -49,8 +63,12 @@ test('the quick demo runs every stage and writes consistent results', async () =
   const html = fs.readFileSync(path.join(out, 'report.html'), 'utf8');
   expect(html).toContain('<section id="heldout">');
   expect(html).toContain('<section id="stages">');
+  expect(html).toContain('<th>accuracy: SFT + GRPO</th>');
+  expect(html).toContain('<th>rl</th><th>grpo</th>'); // both runs in the summary table and every chart
   const text = lines.join('');
   expect(text).toContain('| SFT + ARPO (3 steps) |');
-  expect(text).toMatch(/\| all \| 24 \| /);
-  expect(text).toMatch(/wall time: \d+ s \(build \d+, pretraining \d+, SFT \d+, RL \d+\)/);
+  expect(text).toContain('| SFT + GRPO (3 steps) |');
+  expect(text).toMatch(/\| ARPO: all \| 24 \| /);
+  expect(text).toMatch(/\| GRPO: all \| 24 \| /);
+  expect(text).toMatch(/wall time: \d+ s \(build \d+, pretraining \d+, SFT \d+, RL \d+, GRPO \d+\)/);
 }, 600_000);

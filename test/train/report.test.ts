@@ -155,8 +155,14 @@ describe('held-out table', () => {
     expect(c.python).toMatchObject({ delta: 0.5, worse: false });
     expect(c.all!.worse).toBe(false); // 4/6 -> 3/6: -0.167 against an error of 0.283
     const html = heldOutSection({ before: 'SFT', after: 'SFT + ARPO', families: c });
-    expect((html.match(/<tr class="worse">/g) ?? []).length).toBe(1);
-    expect(html).toContain('<th>search</th><td>4</td><td>0.750 ± 0.217</td><td>0.250 ± 0.217</td><td>-0.500 ± 0.306</td>');
+    expect((html.match(/<td class="worse">/g) ?? []).length).toBe(1);
+    expect(html).toContain('<th>search</th><td>4</td><td>0.750 ± 0.217</td><td>0.250 ± 0.217</td><td class="worse">-0.500 ± 0.306</td><td>1.00</td><td>1.00</td></tr>');
+    // A second run beside the first (the demo's --compare): its accuracy, change and tool calls per family.
+    const alt = compareFamilies(before, familyStats([row('search', 1), row('search', 1), row('python', 1, 3), row('search', 1), row('python', 0, 3), row('search', 1)]));
+    const both = heldOutSection({ before: 'SFT', after: 'SFT + ARPO', families: c, alt: { name: 'SFT + GRPO', families: alt } });
+    expect(both).toContain('<th>accuracy: SFT + GRPO</th><th>change</th>');
+    expect(both).toContain('<th>search</th><td>4</td><td>0.750 ± 0.217</td><td>0.250 ± 0.217</td><td class="worse">-0.500 ± 0.306</td><td>1.000 ± 0.000</td><td>+0.250 ± 0.217</td><td>1.00</td><td>1.00</td><td>1.00</td></tr>');
+    expect(both).toContain('<th>python</th><td>2</td><td>0.500 ± 0.354</td><td>1.000 ± 0.000</td><td>+0.500 ± 0.354</td><td>0.500 ± 0.354</td><td>+0.000 ± 0.500</td><td>1.50</td><td>1.00</td><td>3.00</td></tr>');
     expect(stagesSection({ a: 30, b: 90 })).toContain('<tr><th>b</th><td>90 s</td><td>75%</td></tr><tr><th>total</th><td>120 s</td>');
     expect(familyStats([]).all).toMatchObject({ n: 0 });
   });
