@@ -1,11 +1,13 @@
 // Sandboxed Python interpreter for `<python>` calls: each call runs
 // `/usr/bin/python3 -I` in a fresh child process with no network, another
 // user, an empty environment, resource limits and a private working directory.
-import { spawn, spawnSync, type ChildProcess } from 'child_process';
+import { spawnSync } from 'child_process';
+import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { ArpoError, invalidArgument } from '../errors';
+import { SandboxLauncher, type LaunchedChild } from './launcher';
 import { PYTHON_DRIVER } from './python-driver';
 import type { Tool, ToolCallContext, ToolOutput } from './tool';
 
@@ -214,13 +216,58 @@ function shellQuote(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
-/** Collects up to `max` bytes of a stream and counts the rest (the pipe is always drained, so the child never blocks). */
+/**
+ * Collects up to `max` bytes of a stream and counts the rest (the pipe is
+ * always drained, so the child never blocks). With an end mark (the driver
+ * writes `\0\x01ARPO<token><3 digits>` once the call's output is complete),
+ * the bytes up to the mark are the output and `ended` resolves with the
+ * digits; nothing after the mark is kept.
+ */
 class Capture {
   private readonly chunks: Buffer[] = [];
   private kept = 0;
   dropped = 0;
+  private mark: Buffer | null = null;
+  /** Bytes that may be the start of the mark, held back until the next chunk says. */
+  private held: Buffer = Buffer.alloc(0);
+  private done = false;
+  private onEnd: (code: number) => void = () => undefined;
+  /** The end mark's number (the exit code on stdout); never resolves without a mark. */
+  readonly ended = new Promise<number>((r) => (this.onEnd = r));
   constructor(private readonly max: number) {}
+  /** Watch for the end mark of a call with this token (32 hex digits). */
+  expectMark(token: string): void {
+    this.mark = Buffer.from(`\0\x01ARPO${token}`, 'latin1');
+  }
   add(chunk: Buffer): void {
+    if (this.done) return;
+    if (!this.mark) return this.keep(chunk);
+    const buf = this.held.length > 0 ? Buffer.concat([this.held, chunk]) : chunk;
+    const at = buf.indexOf(this.mark);
+    if (at >= 0) {
+      if (buf.length < at + this.mark.length + 3) {
+        this.held = buf; // the digits are still to come
+        return;
+      }
+      this.keep(buf.subarray(0, at));
+      this.done = true;
+      this.held = Buffer.alloc(0);
+      this.onEnd(Number(buf.subarray(at + this.mark.length, at + this.mark.length + 3).toString('latin1')));
+      return;
+    }
+    // Keep all but a tail that could be the mark's beginning.
+    const hold = Math.min(buf.length, this.mark.length + 2);
+    this.keep(buf.subarray(0, buf.length - hold));
+    this.held = Buffer.from(buf.subarray(buf.length - hold));
+  }
+  /** The stream closed: held-back bytes were output after all. */
+  close(): void {
+    if (this.done || this.held.length === 0) return;
+    this.keep(this.held);
+    this.held = Buffer.alloc(0);
+  }
+  private keep(chunk: Buffer): void {
+    if (chunk.length === 0) return;
     const room = this.max - this.kept;
     if (room > 0) {
       const part = chunk.length <= room ? chunk : chunk.subarray(0, room);
@@ -237,7 +284,7 @@ class Capture {
 
 /** A sandbox process, started; its interpreter waits for the code on stdin. */
 interface Started {
-  readonly child: ChildProcess;
+  readonly child: LaunchedChild;
   readonly uid: number;
   readonly releaseUid: () => void;
   readonly hostDir: string | undefined;
@@ -245,6 +292,8 @@ interface Started {
   readonly err: Capture;
   /** Both output pipes closed (every holder gone). */
   readonly pipesClosed: Promise<unknown>;
+  /** The token of its end marks (sent with the code). */
+  readonly token: string;
   /** True once the interpreter says it waits for its code; false if the process ended first. */
   readonly ready: Promise<boolean>;
   /** Exit code and signal of the sandbox's first process; [null, null] after a spawn error. */
@@ -256,25 +305,13 @@ interface Started {
 
 /** SIGKILL to a started sandbox's whole process group (and, via the pid namespace, everything in it). */
 function killTree(s: Started): void {
-  if (s.child.pid !== undefined) {
-    try {
-      process.kill(-s.child.pid, 'SIGKILL');
-    } catch {
-      /* already gone */
-    }
-  }
+  s.child.killGroup('SIGKILL');
 }
 
 /** Handles of a parked sandbox must not keep the process alive; a taken one's must. */
 function setParked(s: Started, parked: boolean): void {
-  const streams = [s.child.stdin, s.child.stdout, s.child.stderr] as ({ ref?: () => void; unref?: () => void } | null)[];
-  if (parked) {
-    s.child.unref();
-    for (const st of streams) st?.unref?.();
-  } else {
-    s.child.ref();
-    for (const st of streams) st?.ref?.();
-  }
+  if (parked) s.child.unref();
+  else s.child.ref();
 }
 
 /** Runs Python code in a fresh sandboxed process per call. */
@@ -299,6 +336,12 @@ export class PythonSandbox {
   private refillScheduled = false;
   /** A pool sandbox is starting (refills go one at a time). */
   private starting = false;
+  /** Starts the sandbox processes outside this (possibly large) process: lib/tools/launcher.ts. */
+  private readonly launcher: SandboxLauncher;
+  /** Calls in flight. */
+  private calls = 0;
+  /** Killed sandboxes of returned calls, until they are gone. */
+  private readonly reaping = new Set<Promise<void>>();
 
   constructor(options: PythonSandboxOptions = {}) {
     this.python = options.python ?? '/usr/bin/python3';
@@ -320,6 +363,8 @@ export class PythonSandbox {
     const iso = detectIsolation(this.python, this.uid, this.gid, mode, this.uidPoolSize);
     if (mode === 'full' && iso.missing.length > 0) throw isolationError(iso);
     this.isolation = iso;
+    // The launcher runs on Debian's interpreter when there is one (the sandbox's may be anything).
+    this.launcher = new SandboxLauncher(fs.existsSync('/usr/bin/python3') ? '/usr/bin/python3' : this.python);
   }
 
   /** `prlimit …` arguments (or a `ulimit` prefix for sh) for the limits. */
@@ -360,8 +405,14 @@ export class PythonSandbox {
     const started = performance.now();
     const sandbox = this.take() ?? this.start();
     setParked(sandbox, false);
+    this.calls++;
     this.scheduleRefill();
-    return this.finish(sandbox, code, started, options);
+    try {
+      return await this.finish(sandbox, code, started, options);
+    } finally {
+      this.calls--;
+      if (this.calls === 0) this.scheduleRefill();
+    }
   }
 
   /** Sandboxes waiting in the pool now (for tests and the bench). */
@@ -379,10 +430,12 @@ export class PythonSandbox {
     this.refill();
   }
 
-  /** Ends the warm sandboxes and waits until they are gone; later calls each start their own (no pool). */
+  /** Ends the warm sandboxes and the launcher and waits until they are gone; later calls each start their own (no pool). */
   async close(): Promise<void> {
     this.closed = true;
     await Promise.all(this.pool.splice(0).map((s) => this.discard(s)));
+    await this.settled();
+    await this.launcher.close();
   }
 
   /** A live warm sandbox, or undefined; dead ones (killed from outside while waiting) are discarded. */
@@ -406,11 +459,14 @@ export class PythonSandbox {
 
   /**
    * Starts one replacement at a time (the next once the previous says it is
-   * ready): a start costs about as much CPU as a cold call, and a burst's
-   * refills started all at once would take that CPU from the burst's own calls.
+   * ready), and while calls run only when no warm sandbox is left: a start
+   * costs about as much CPU as a cold call, and a burst's refills would take
+   * that CPU from the burst's own calls.
    */
   private refill(): void {
     if (this.starting || this.closed || this.pool.length >= this.warm) return;
+    // While calls run and warm sandboxes are left, a start would only take CPU from those calls.
+    if (this.calls > 0 && this.pool.length > 0) return;
     const s = this.start();
     setParked(s, true);
     this.pool.push(s);
@@ -514,9 +570,13 @@ export class PythonSandbox {
       env.HOME = hostDir;
       [cmd, ...args] = inner as [string, ...string[]];
     }
-    const child = spawn(cmd, args, { cwd: hostDir ?? '/', env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
+    // A new session (process group) led by the sandbox: killTree reaches all of it.
+    const child = this.launcher.spawn(cmd, args, { cwd: hostDir ?? '/', env });
     const out = new Capture(this.maxOutputBytes);
     const err = new Capture(this.maxOutputBytes);
+    const token = crypto.randomBytes(16).toString('hex');
+    out.expectMark(token);
+    err.expectMark(token);
     let markReady: (up: boolean) => void = () => undefined;
     const ready = new Promise<boolean>((r) => (markReady = r));
     let first = true;
@@ -529,15 +589,19 @@ export class PythonSandbox {
       }
       out.add(c);
     });
-    child.stdout.once('close', () => markReady(false));
+    child.stdout.once('close', () => {
+      out.close();
+      markReady(false);
+    });
     child.stderr.on('data', (c: Buffer) => err.add(c));
+    child.stderr.once('close', () => err.close());
     // Listening from the start: 'close' may precede 'exit'.
     const pipesClosed = Promise.all([new Promise((r) => child.stdout.once('close', r)), new Promise((r) => child.stderr.once('close', r))]);
     child.stdin.on('error', () => {
       /* the code may exit without reading all of its input */
     });
     const s: Started = {
-      child, uid, releaseUid: release, hostDir, out, err, pipesClosed, ready, exited: false, spawnError: undefined,
+      child, uid, releaseUid: release, hostDir, out, err, pipesClosed, token, ready, exited: false, spawnError: undefined,
       exit: new Promise((resolve) => {
         child.once('error', (e) => {
           s.spawnError = e;
@@ -569,8 +633,20 @@ export class PythonSandbox {
     };
     if (options.signal?.aborted) onAbort();
     else options.signal?.addEventListener('abort', onAbort, { once: true });
-    child.stdin?.end(code);
+    // The first line is the token of the driver's end marks.
+    child.stdin?.end(`${s.token}\n${code}`);
+    let early = false;
     try {
+      // The end marks on both streams: the output is complete, the call is
+      // done. Teardown of the process and its namespaces goes on without it.
+      const marked = Promise.all([out.ended, err.ended]).then(([c]) => c);
+      const first = await Promise.race([s.exit.then(() => null), marked]);
+      if (first !== null && !timedOut && !cancelled) {
+        early = true;
+        killTree(s);
+        this.reap(s);
+        return { stdout: out.text(), stderr: err.text(), exitCode: first, signal: null, timedOut, cancelled, droppedBytes: out.dropped + err.dropped, ms: performance.now() - started, isolation: iso };
+      }
       const [exitCode, signal] = await s.exit;
       if (s.spawnError) throw s.spawnError;
       // Whatever is left in the group (background children) dies now.
@@ -608,10 +684,36 @@ export class PythonSandbox {
     } finally {
       clearTimeout(timer);
       options.signal?.removeEventListener('abort', onAbort);
-      killTree(s);
+      if (!early) {
+        killTree(s);
+        s.releaseUid();
+        if (s.hostDir) fs.rmSync(s.hostDir, { recursive: true, force: true });
+      }
+    }
+  }
+
+  /** After an early return: waits (in the background) for the killed sandbox to be gone, then frees its uid and folder. */
+  private reap(s: Started): void {
+    const done = (async () => {
+      let grace: NodeJS.Timeout | undefined;
+      await Promise.race([Promise.all([s.exit, s.pipesClosed]), new Promise((r) => (grace = setTimeout(r, PIPE_GRACE_MS)))]);
+      clearTimeout(grace);
+      s.child.stdout?.destroy();
+      s.child.stderr?.destroy();
       s.releaseUid();
       if (s.hostDir) fs.rmSync(s.hostDir, { recursive: true, force: true });
-    }
+    })();
+    this.reaping.add(done);
+    void done.finally(() => this.reaping.delete(done));
+  }
+
+  /**
+   * Resolves once every sandbox of a returned call is gone. A call returns as
+   * soon as its output is complete, its sandbox already SIGKILLed; the
+   * kernel's teardown of the processes and namespaces finishes after.
+   */
+  async settled(): Promise<void> {
+    while (this.reaping.size > 0) await Promise.all([...this.reaping]);
   }
 }
 

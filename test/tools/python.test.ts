@@ -126,6 +126,26 @@ describe('runs code like a REPL cell', () => {
     expect(await run('raise SystemExit(0)')).toMatchObject({ ok: true, text: '(no output)' });
   });
 
+  test('the exit an interpreter makes is kept: threads are waited for, atexit handlers run, output is flushed, exit codes wrap', async () => {
+    const r = await run(
+      [
+        'import atexit, sys, threading, time',
+        'atexit.register(lambda: print("atexit ran"))',
+        'def late():',
+        '    time.sleep(0.2)',
+        '    print("thread done")',
+        'threading.Thread(target=late).start()',
+        '_ = sys.stdout.write("no newline")',
+      ].join('\n'),
+    );
+    expect(r.text).toBe('no newlinethread done\natexit ran');
+    expect(r.ok).toBe(true);
+    const sb = mkSandbox({ uid: UID, gid: UID, isolation: MODE });
+    expect((await sb.run('import sys\nsys.exit(258)')).exitCode).toBe(2);
+    expect((await sb.run('import sys\nsys.exit(-1)')).exitCode).toBe(255);
+    expect((await sb.run('import os\nprint("x", flush=True)\nos._exit(7)')).exitCode).toBe(7);
+  });
+
   test('stdin is empty, non-UTF-8 output is decoded safely', async () => {
     expect((await run('input()')).text).toMatch(/EOFError/);
     const r = await run("import sys\nsys.stdout.buffer.write(b'ok \\xff\\xfe end')");
@@ -211,6 +231,8 @@ describe('escapes are contained', () => {
     const m = /^forks (\d+) BlockingIOError$/m.exec(r.text);
     expect(m).not.toBeNull();
     expect(Number(m?.[1])).toBeLessThan(16);
+    // The call returns with its sandbox killed; settled() waits until the kernel has torn it down.
+    await bomb.sandbox.settled();
     expect(sandboxProcesses()).toEqual([]);
   });
 
@@ -230,6 +252,7 @@ describe('escapes are contained', () => {
     expect(neighbour.ok).toBe(true);
     expect(heldUid).not.toBe(neighbourUid);
     for (const u of [heldUid, neighbourUid]) expect(u >= UID && u < UID + POOL).toBe(true);
+    await bomb.sandbox.settled();
     expect(sandboxProcesses()).toEqual([]);
   });
 
@@ -285,7 +308,7 @@ describe('escapes are contained', () => {
       ].join('\n'),
     );
     expect(r.text).toBe('spawned');
-    await new Promise((res) => setTimeout(res, 200));
+    await tool.sandbox.settled();
     expect(processesMatching('sleep 98765')).toEqual([]);
     if (iso.user === 'uid') expect(sandboxProcesses()).toEqual([]);
   });
@@ -309,12 +332,13 @@ describe('the fallback without namespaces', () => {
     const [cwd, blocked] = r.stdout.trim().split('\n');
     expect(blocked).toBe('blocked: [Errno 1] network access is disabled in this sandbox');
     expect(cwd?.startsWith(path.join(os.tmpdir(), 'arpo-python-'))).toBe(true);
+    await basic.settled();
     expect(fs.existsSync(cwd as string)).toBe(false);
   });
   test('children left in the process group are killed', async () => {
     const r = await basic.run('import subprocess\nsubprocess.Popen(["sleep", "987652"])\nprint("ok")');
     expect(r.stdout.trim()).toBe('ok');
-    await new Promise((res) => setTimeout(res, 200));
+    await basic.settled();
     expect(processesMatching('sleep 987652')).toEqual([]);
   });
 });
