@@ -180,6 +180,7 @@ export async function runE2EBench(o: E2EOptions): Promise<E2EResult> {
   // median ratio. (The paper reports about half the tool calls, at M = 16, N = 8 on real tasks.)
   const samplesTools = sampledToolCalls.median > 0.5;
   const met = usesTools && samplesTools && tc.ratio.median <= 0.9 && everySeed;
+  const wall = metrics.rolloutSecondsPerStep;
   const targets: Target[] = [
     {
       name: "ARPO's tool calls executed per prompt clearly below GRPO's at equal M (lower on every seed, median ratio <= 0.9)",
@@ -188,6 +189,16 @@ export async function runE2EBench(o: E2EOptions): Promise<E2EResult> {
         `ARPO ${withSpread(tc.arpo)} vs GRPO ${withSpread(tc.trajectory)} (ratio ${withSpread(tc.ratio)}; lower on every seed: ${everySeed ? 'yes' : 'no'})` +
         (usesTools ? '' : `; checkpoint calls tools ${num(checkpoint.check.toolCallsPerTrajectory, 2)} / trajectory < 0.5, not meaningful`) +
         (samplesTools ? '' : `; sampled rollouts of the checkpoint call tools only ${num(sampledToolCalls.median, 2)} / trajectory: too few tool calls to branch after`),
+    },
+    {
+      name: 'ARPO / GRPO tool calls executed per prompt <= 0.8 (median over seeds)',
+      met: usesTools && tc.ratio.median <= 0.8,
+      detail: `ratio ${withSpread(tc.ratio)}`,
+    },
+    {
+      name: 'ARPO / GRPO rollout wall time per step <= 0.85 (median over seeds)',
+      met: wall.ratio.median <= 0.85,
+      detail: `ARPO ${withSpread(wall.arpo)} s vs GRPO ${withSpread(wall.trajectory)} s (ratio ${withSpread(wall.ratio)})`,
     },
   ];
   return {
