@@ -60,6 +60,42 @@ export interface RlSummary {
   trainToolCallsPerPrompt: number;
 }
 
+/** The work a demo run will do, in the units its time estimate counts. */
+export interface DemoPlan {
+  pretrainSteps: number;
+  sftSteps: number;
+  /** RL runs (ARPO, and GRPO with --compare) and their steps. */
+  rl: { name: string; steps: number; mode: 'arpo' | 'trajectory' }[];
+  /** Held-out questions evaluated greedily: the test split per model, plus every validation during RL. */
+  evalQuestions: number;
+}
+
+/**
+ * Seconds per unit of demo work, as multiples of one pretraining step,
+ * measured on this project's reference machine (2 AMD EPYC vCPUs, idle,
+ * 2026-12-05): a pretraining step 0.169 s and an SFT step 0.888 s (the bench's
+ * demo checkpoint: 2,000 steps in 338 s, 600 in 533 s), an RL step of the demo
+ * configuration 14.6 s with ARPO and 16.1 s with GRPO (rollout + update, the
+ * e2e bench's medians), a greedily evaluated test question 0.095 s (200 in
+ * 18.9 s). The demo times its first pretraining steps and scales these.
+ */
+export const DEMO_COST = { sftStep: 5.26, rlStep: { arpo: 86, trajectory: 95 }, evalQuestion: 0.56 } as const;
+
+/** Seconds per stage from the plan and this machine's measured seconds per pretraining step. */
+export function estimateDemo(plan: DemoPlan, pretrainStep: number): Record<string, number> {
+  const out: Record<string, number> = { pretraining: plan.pretrainSteps * pretrainStep, SFT: plan.sftSteps * pretrainStep * DEMO_COST.sftStep };
+  for (const r of plan.rl) out[`${r.name} RL`] = r.steps * pretrainStep * DEMO_COST.rlStep[r.mode];
+  out.evaluations = plan.evalQuestions * pretrainStep * DEMO_COST.evalQuestion;
+  return out;
+}
+
+/** `~N min (stage ~m, ...)` */
+export function formatEstimate(stages: Record<string, number>): string {
+  const total = Object.values(stages).reduce((a, b) => a + b, 0);
+  const min = (x: number): string => (x < 90 ? `${Math.max(1, Math.round(x))} s` : `${(x / 60).toFixed(x < 600 ? 1 : 0)} min`);
+  return `~${min(total)} (${Object.entries(stages).map(([k, v]) => `${k} ${min(v)}`).join(', ')})`;
+}
+
 /** The tiny decoder the demo trains (Qwen3 layout with q/k norms), sized for 2 CPU cores. */
 export function demoModelConfig(vocabSize: number, eosId: number, bosId: number): Record<string, unknown> {
   return {
@@ -170,6 +206,8 @@ export async function trainDemoModel(o: {
   pretrain: PretrainSettings;
   progress?: { write(s: string): boolean; isTTY?: boolean };
   say?: (s: string) => void;
+  /** Told the mean seconds of the first pretraining steps (the demo's time estimate). */
+  calibrate?: (secondsPerPretrainStep: number) => void;
 }): Promise<DemoModelRun> {
   const say = o.say ?? (() => undefined);
   const tokenizer = Tokenizer.fromDir(o.envDir);
@@ -193,7 +231,7 @@ export async function trainDemoModel(o: {
   const t0 = Date.now();
   say(`[demo] pretraining for ${o.pretrain.steps} steps on synthetic copy / recall sequences (no facts of the world)`);
   const curriculum = new PretrainCurriculum(tokenizer, o.seed);
-  const pretrain = await stage(initDir, pretrainedDir, (model) => runPretrain(model, (n) => curriculum.batch(n), o.pretrain, o.out, o.progress));
+  const pretrain = await stage(initDir, pretrainedDir, (model) => runPretrain(model, (n) => curriculum.batch(n), o.pretrain, o.out, o.progress, o.calibrate ? { done: o.calibrate } : undefined));
   const t1 = Date.now();
   say(`[demo] SFT on ${o.traces} traces (${o.cfg.sft.epochs} epochs)`);
   const data = readSftData(o.sftFile, tokenizer, { systemPrompt: o.cfg.data.systemPrompt });
@@ -230,9 +268,19 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   const sftDir = path.join(out, 'model-sft');
   const rlRun = path.join(out, 'rl');
   const cfg = demoRunConfig(envDir, sftDir, rlRun, options.seed, quick, options.steps, options.overrides);
-  const trained = await trainDemoModel({ envDir, sftFile: env.files.sft, traces: env.traces.length, out, seed: options.seed, cfg, pretrain: demoPretrainSettings(quick), progress: options.progress, say });
-  const tSft = Date.now();
   const testLimit = quick ? 24 : 0;
+  const testQuestions = testLimit > 0 ? Math.min(testLimit, env.questions.test.length) : env.questions.test.length;
+  const rlModes: DemoPlan['rl'] = [{ name: 'ARPO', steps: cfg.train.steps, mode: 'arpo' }, ...(options.compare ? [{ name: 'GRPO', steps: cfg.train.steps, mode: 'trajectory' as const }] : [])];
+  const validations = cfg.train.validateEvery > 0 ? Math.floor(cfg.train.steps / cfg.train.validateEvery) + 1 : 0;
+  const plan: DemoPlan = {
+    pretrainSteps: demoPretrainSettings(quick).steps,
+    sftSteps: Math.max(1, Math.ceil(env.traces.length / cfg.sft.batchSequences)) * cfg.sft.epochs,
+    rl: rlModes,
+    evalQuestions: testQuestions * (1 + rlModes.length) + rlModes.length * validations * Math.min(cfg.data.validLimit || env.questions.valid.length, env.questions.valid.length),
+  };
+  const calibrate = (perStep: number): void => say(`[demo] estimated time on this machine: ${formatEstimate({ 'world build': (tBuild - t0) / 1000, ...estimateDemo(plan, perStep) })} (scaled from the first pretraining steps, ${perStep.toFixed(3)} s each)`);
+  const trained = await trainDemoModel({ envDir, sftFile: env.files.sft, traces: env.traces.length, out, seed: options.seed, cfg, pretrain: demoPretrainSettings(quick), progress: options.progress, say, calibrate });
+  const tSft = Date.now();
   say('[demo] evaluating the SFT model on the held-out test split');
   const sftEval = await evaluate(sftDir, env.files.test, cfg, { limit: testLimit, workDir: out, outFile: path.join(out, 'test-sft.jsonl') });
   const sftEvalSeconds = (Date.now() - tSft) / 1000;

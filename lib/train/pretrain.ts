@@ -37,6 +37,8 @@ export async function runPretrain(
   settings: PretrainSettings,
   runDir: string,
   progressOut: { write(s: string): boolean; isTTY?: boolean } = process.stderr,
+  /** Called once after the first `steps` steps (default 10) with their mean wall time: a caller's time estimate. */
+  calibrate?: { steps?: number; done(secondsPerStep: number): void },
 ): Promise<PretrainSummary> {
   for (const k of ['steps', 'batchSequences', 'warmupSteps'] as const) {
     if (!Number.isInteger(settings[k]) || settings[k] < (k === 'warmupSteps' ? 0 : 1)) throw invalidArgument(k === 'warmupSteps' ? 'a non-negative integer' : 'a positive integer', `pretrain.${k}`, settings[k]);
@@ -56,6 +58,7 @@ export async function runPretrain(
     const metrics: StepMetrics = { 'pretrain/loss': m.loss, 'actor/loss': m.loss, 'actor/grad_norm': m.gradNorm, 'actor/lr': m.lr, 'pretrain/tokens': m.tokens };
     log.append({ step, phase: 'pretrain', time: (Date.now() - started) / 1000, metrics });
     if (step % WINDOW === 0 || step === settings.steps) progress.step(step, metrics);
+    if (calibrate && step === Math.min(settings.steps, calibrate.steps ?? 10)) calibrate.done((Date.now() - started) / 1000 / step);
   }
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   return {

@@ -4,7 +4,7 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { runDemo } from '../../lib/cli/demo';
+import { DEMO_COST, estimateDemo, formatEstimate, runDemo } from '../../lib/cli/demo';
 import { readMetrics } from '../../lib/train/metrics';
 
 let tmp: string;
@@ -66,9 +66,25 @@ test('the quick demo with --compare runs every stage, trains GRPO beside ARPO fr
   expect(html).toContain('<th>accuracy: SFT + GRPO</th>');
   expect(html).toContain('<th>rl</th><th>grpo</th>'); // both runs in the summary table and every chart
   const text = lines.join('');
+  // The time estimate comes before SFT starts, from the first pretraining steps.
+  expect(text.indexOf('[demo] estimated time on this machine: ~')).toBeGreaterThan(-1);
+  expect(text.indexOf('[demo] estimated time on this machine')).toBeLessThan(text.indexOf('[demo] SFT on'));
+  expect(text).toMatch(/estimated time on this machine: ~[\d.]+ (s|min) \(world build \d+ s, pretraining [\d.]+ (s|min), SFT [\d.]+ (s|min), ARPO RL [\d.]+ (s|min), GRPO RL [\d.]+ (s|min), evaluations [\d.]+ (s|min)\)/);
   expect(text).toContain('| SFT + ARPO (3 steps) |');
   expect(text).toContain('| SFT + GRPO (3 steps) |');
   expect(text).toMatch(/\| ARPO: all \| 24 \| /);
   expect(text).toMatch(/\| GRPO: all \| 24 \| /);
   expect(text).toMatch(/wall time: \d+ s \(build \d+, pretraining \d+, SFT \d+, RL \d+, GRPO \d+\)/);
 }, 600_000);
+
+test('the time estimate: each stage is its work times its cost in pretraining steps', () => {
+  const plan = { pretrainSteps: 2000, sftSteps: 600, rl: [{ name: 'ARPO', steps: 40, mode: 'arpo' as const }, { name: 'GRPO', steps: 40, mode: 'trajectory' as const }], evalQuestions: 500 };
+  const e = estimateDemo(plan, 0.2);
+  expect(e.pretraining).toBeCloseTo(400, 9);
+  expect(e.SFT).toBeCloseTo(600 * 0.2 * DEMO_COST.sftStep, 9);
+  expect(e['ARPO RL']).toBeCloseTo(40 * 0.2 * DEMO_COST.rlStep.arpo, 9);
+  expect(e['GRPO RL']).toBeCloseTo(40 * 0.2 * DEMO_COST.rlStep.trajectory, 9);
+  expect(e.evaluations).toBeCloseTo(500 * 0.2 * DEMO_COST.evalQuestion, 9);
+  expect(formatEstimate({ a: 30, b: 150 })).toBe('~3.0 min (a 30 s, b 2.5 min)');
+  expect(formatEstimate({ a: 1200 })).toBe('~20 min (a 20 min)');
+});
