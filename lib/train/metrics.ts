@@ -106,6 +106,8 @@ export class Progress {
     private readonly total: number,
     private readonly out: NodeJS.WriteStream | { write(s: string): boolean; isTTY?: boolean } = process.stderr,
     private readonly label = 'train',
+    /** Steps done before this process started timing (a resumed run's); default: the step before the first one shown. */
+    private readonly startStep: number | null = null,
   ) {}
 
   get elapsedSec(): number {
@@ -116,7 +118,8 @@ export class Progress {
   private before: number | null = null;
 
   step(step: number, metrics: StepMetrics): void {
-    if (this.before === null) this.before = step - 1;
+    // A caller that shows every n-th step says where it started; otherwise the step before the first one shown.
+    if (this.before === null) this.before = this.startStep ?? step - 1;
     const line = formatStepLine(step, this.total, metrics, this.elapsedSec, step - this.before);
     if (this.out.isTTY) {
       const width = 24;

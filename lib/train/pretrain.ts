@@ -37,8 +37,12 @@ export async function runPretrain(
   settings: PretrainSettings,
   runDir: string,
   progressOut: { write(s: string): boolean; isTTY?: boolean } = process.stderr,
-  /** Called once after the first `steps` steps (default 10) with their mean wall time: a caller's time estimate. */
-  calibrate?: { steps?: number; done(secondsPerStep: number): void },
+  /**
+   * Called once with the mean wall time of steps skip+1 .. skip+steps
+   * (default 5 and 20: the first steps also pay for allocation and warm-up):
+   * a caller's time estimate. With fewer steps, the steps there are.
+   */
+  calibrate?: { skip?: number; steps?: number; done(secondsPerStep: number): void },
 ): Promise<PretrainSummary> {
   for (const k of ['steps', 'batchSequences', 'warmupSteps'] as const) {
     if (!Number.isInteger(settings[k]) || settings[k] < (k === 'warmupSteps' ? 0 : 1)) throw invalidArgument(k === 'warmupSteps' ? 'a non-negative integer' : 'a positive integer', `pretrain.${k}`, settings[k]);
@@ -46,8 +50,9 @@ export async function runPretrain(
   if (!(settings.lr > 0) || !Number.isFinite(settings.lr)) throw invalidArgument('a positive number', 'pretrain.lr', settings.lr);
   if (!(settings.weightDecay >= 0) || !Number.isFinite(settings.weightDecay)) throw invalidArgument('a non-negative number', 'pretrain.weightDecay', settings.weightDecay);
   const log = new MetricsLog(runDir, 'pretrain-metrics.jsonl');
-  const progress = new Progress(settings.steps, progressOut, 'pretrain');
+  const progress = new Progress(settings.steps, progressOut, 'pretrain', 0);
   const started = Date.now();
+  let calibrationStart = started;
   const losses: number[] = [];
   for (let step = 1; step <= settings.steps; step++) {
     const m = await model.trainStep([next(settings.batchSequences)], {
@@ -58,7 +63,12 @@ export async function runPretrain(
     const metrics: StepMetrics = { 'pretrain/loss': m.loss, 'actor/loss': m.loss, 'actor/grad_norm': m.gradNorm, 'actor/lr': m.lr, 'pretrain/tokens': m.tokens };
     log.append({ step, phase: 'pretrain', time: (Date.now() - started) / 1000, metrics });
     if (step % WINDOW === 0 || step === settings.steps) progress.step(step, metrics);
-    if (calibrate && step === Math.min(settings.steps, calibrate.steps ?? 10)) calibrate.done((Date.now() - started) / 1000 / step);
+    if (calibrate) {
+      const skip = Math.min(calibrate.skip ?? 5, settings.steps - 1);
+      const until = Math.min(settings.steps, skip + (calibrate.steps ?? 20));
+      if (step === skip) calibrationStart = Date.now();
+      if (step === until) calibrate.done((Date.now() - calibrationStart) / 1000 / (until - skip));
+    }
   }
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   return {

@@ -164,7 +164,7 @@ export async function runSft(
   const dist = options.dist ?? Dist.single();
   const log = new MetricsLog(runDir, 'sft-metrics.jsonl');
   if (startStep > 0 && dist.isRoot) log.truncateAfter(startStep);
-  const progress = new Progress(total, dist.isRoot ? progressOut : { write: () => true }, 'sft');
+  const progress = new Progress(total, dist.isRoot ? progressOut : { write: () => true }, 'sft', startStep);
   const started = Date.now();
   let firstLoss = NaN;
   let lastLoss = NaN;

@@ -180,6 +180,20 @@ describe('progress lines', () => {
     p.step(8, { 'actor/loss': 1 });
     expect(lines[0]).toMatch(/^sft step 8\/10 \| loss 1\.0000 \| eta 0:00\n$/); // resumed at step 7: one step timed, instantly
   });
+
+  test('a caller that shows every n-th step times all the steps since its start, not only the last one', () => {
+    const lines: string[] = [];
+    const now = Date.now();
+    const spy = jest.spyOn(Date, 'now').mockReturnValue(now);
+    try {
+      const p = new Progress(2000, { write: (s: string) => lines.push(s) > 0, isTTY: false }, 'pretrain', 0);
+      spy.mockReturnValue(now + 10_000); // 50 steps in 10 s: 1950 left take 390 s
+      p.step(50, { 'actor/loss': 2 });
+    } finally {
+      spy.mockRestore();
+    }
+    expect(lines[0]).toBe('pretrain step 50/2000 | loss 2.0000 | eta 6:30\n');
+  });
 });
 
 describe('truncateJsonlAfter', () => {
