@@ -47,7 +47,7 @@ export interface SoakResult {
   trajectories: number;
 }
 
-/** Processes below `root` (children, grandchildren, ...), from /proc; those in the process groups `except` are not counted. */
+/** Processes below `root` (children, grandchildren, ...), from /proc; those in the process groups `except`, and the pids in it, are not counted. */
 export function descendants(root = process.pid, except: ReadonlySet<number> = new Set()): number {
   const parent = new Map<number, number>();
   const group = new Map<number, number>();
@@ -64,7 +64,7 @@ export function descendants(root = process.pid, except: ReadonlySet<number> = ne
   }
   let n = 0;
   for (const pid of parent.keys()) {
-    if (except.has(group.get(pid) as number)) continue;
+    if (except.has(pid) || except.has(group.get(pid) as number)) continue;
     for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) {
       if (p === root) {
         n++;
@@ -108,9 +108,12 @@ export async function runSoak(spec: SoakRunSpec): Promise<SoakResult> {
     const t0 = Date.now();
     await train(cfg, {
       progress: { write: () => true, isTTY: false },
-      afterStep: (step, { metrics, model, tools }) => {
+      afterStep: async (step, { metrics, model, tools }) => {
         const cache = model.cacheStats();
-        const parked = (tools.tool('python') as PythonTool).sandbox.parkedPids();
+        const sandbox = (tools.tool('python') as PythonTool).sandbox;
+        // Sandboxes of returned calls are reaped in the background: wait for that; the launcher helper is counted apart.
+        await sandbox.settled();
+        const parked = [...sandbox.parkedPids(), ...(sandbox.launcherPid() === undefined ? [] : [sandbox.launcherPid() as number])];
         trajectories += metrics['rollout/trajectories'] ?? 0;
         samples.push({ step, ...processSample(parked), warmSandboxes: parked.length, enginePaths: cache.paths, kvBlocksUsed: cache.blocksUsed, toolCalls: metrics['tools/executed_per_prompt'] ?? 0 });
         if (step % 25 === 0) process.stderr.write(`[soak] step ${step}/${spec.steps}: rss ${samples[samples.length - 1]!.rssMiB.toFixed(1)} MiB, fds ${samples[samples.length - 1]!.fds}\n`);

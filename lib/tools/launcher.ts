@@ -219,6 +219,11 @@ export class SandboxLauncher {
 
   constructor(private readonly python: string) {}
 
+  /** The helper's pid while it runs. */
+  get pid(): number | undefined {
+    return this.helper?.pid;
+  }
+
   /** Starts `cmd args` in a new session with its stdio connected to this process. */
   spawn(cmd: string, args: readonly string[], options: { env: Record<string, string>; cwd: string }): LaunchedChild {
     const child = new LaunchedChild(cmd, () => this.updateRefs(), (pid, signal) => this.kill(pid, signal));

@@ -425,6 +425,11 @@ export class PythonSandbox {
     return this.pool.map((s) => s.child.pid).filter((p): p is number => p !== undefined);
   }
 
+  /** The launcher helper's pid while it runs (for process accounting). */
+  launcherPid(): number | undefined {
+    return this.launcher.pid;
+  }
+
   /** Fills the warm pool now (otherwise the first call fills it). */
   prewarm(): void {
     this.refill();
