@@ -345,9 +345,10 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   fs.writeFileSync(path.join(out, 'summary.json'), `${JSON.stringify(result, null, 2)}\n`);
   const modelRow = (name: string, r: { testAccuracy: number; testReward: number; testToolCalls: number }, train?: number): string =>
     `| ${name} | ${r.testAccuracy.toFixed(3)} | ${r.testReward.toFixed(3)} | ${r.testToolCalls.toFixed(2)} | ${train === undefined ? '-' : train.toFixed(2)} |`;
+  const pct = (x: number): string => `${(100 * x).toFixed(0)}%`;
   const familyRows = (fams: ReturnType<typeof compareFamilies>, who: string): string[] =>
     Object.entries(fams).map(
-      ([f, c]) => `| ${who}${f} | ${c.before.n} | ${c.before.accuracy.toFixed(3)} ± ${c.before.se.toFixed(3)} | ${c.after.accuracy.toFixed(3)} ± ${c.after.se.toFixed(3)} | ${c.delta >= 0 ? '+' : ''}${c.delta.toFixed(3)} ± ${c.se.toFixed(3)}${c.worse ? ' (worse)' : ''} |`,
+      ([f, c]) => `| ${who}${f} | ${c.before.n} | ${c.before.accuracy.toFixed(3)} ± ${c.before.se.toFixed(3)} | ${c.after.accuracy.toFixed(3)} ± ${c.after.se.toFixed(3)} | ${c.delta >= 0 ? '+' : ''}${c.delta.toFixed(3)} ± ${c.se.toFixed(3)}${c.worse ? ' (worse)' : ''} | ${pct(c.before.badFormat)} -> ${pct(c.after.badFormat)} |`,
     );
   say(
     [
@@ -358,8 +359,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       modelRow(`SFT + ARPO (${result.rl.steps} steps)`, result.rl, result.rl.trainToolCallsPerPrompt),
       ...(result.grpo ? [modelRow(`SFT + GRPO (${result.grpo.steps} steps)`, result.grpo, result.grpo.trainToolCallsPerPrompt)] : []),
       '',
-      `| family | questions | SFT accuracy | after RL accuracy | change (± 1 SE) |`,
-      `| --- | --- | --- | --- | --- |`,
+      `| family | questions | SFT accuracy | after RL accuracy | change (± 1 SE) | bad format: SFT -> after RL |`,
+      `| --- | --- | --- | --- | --- | --- |`,
       ...familyRows(families, result.grpo ? 'ARPO: ' : ''),
       ...(grpoFamilies ? familyRows(grpoFamilies, 'GRPO: ') : []),
       '',

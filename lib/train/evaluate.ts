@@ -3,6 +3,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { ArpoError } from '../errors';
+import type { FinishReason } from '../rollout/types';
 import type { RunConfig } from './config';
 import type { StepMetrics } from './metrics';
 import { buildReward, buildTools, loadDataset, loadPolicy, rolloutDeps } from './setup';
@@ -10,7 +11,7 @@ import { validate } from './trainer';
 
 export interface EvalResult {
   metrics: StepMetrics;
-  /** Per example: question, ground truth, response, score, accuracy, tool calls. */
+  /** Per example: question, ground truth, response, score, accuracy, format verdict, how it ended, tool calls. */
   rows: EvalRow[];
 }
 
@@ -22,27 +23,45 @@ export interface EvalRow {
   response: string;
   score: number;
   accuracy: number;
+  /** The reward's format verdict (false: the reward's format penalty applied). */
+  formatOk: boolean;
+  /** How generation ended: an answer, EOS, the response-length limit (`length`: e.g. a repetition loop) or the tool-call limit. */
+  finish: FinishReason;
   toolCalls: number;
 }
 
-/** One family's held-out numbers: accuracy with its standard error sqrt(p(1-p)/n), mean reward and tool calls. */
+/**
+ * One family's held-out numbers: accuracy with its standard error sqrt(p(1-p)/n), mean reward,
+ * the share of responses that failed the format check and of those cut off at the length limit,
+ * and tool calls.
+ */
 export interface FamilyStats {
   n: number;
   accuracy: number;
   se: number;
   reward: number;
+  badFormat: number;
+  cutOff: number;
   toolCalls: number;
 }
 
 /** Per-family statistics of evaluation rows, families in first-seen order, plus `all`. */
-export function familyStats(rows: readonly Pick<EvalRow, 'family' | 'accuracy' | 'score' | 'toolCalls'>[]): Record<string, FamilyStats> {
+export function familyStats(rows: readonly Pick<EvalRow, 'family' | 'accuracy' | 'score' | 'formatOk' | 'finish' | 'toolCalls'>[]): Record<string, FamilyStats> {
   const groups = new Map<string, (typeof rows)[number][]>();
   for (const r of rows) groups.set(r.family, [...(groups.get(r.family) ?? []), r]);
   const stats = (rs: readonly (typeof rows)[number][]): FamilyStats => {
     const n = rs.length;
     const mean = (f: (r: (typeof rows)[number]) => number): number => (n === 0 ? NaN : rs.reduce((a, r) => a + f(r), 0) / n);
     const accuracy = mean((r) => r.accuracy);
-    return { n, accuracy, se: n === 0 ? NaN : Math.sqrt(Math.max(0, accuracy * (1 - accuracy)) / n), reward: mean((r) => r.score), toolCalls: mean((r) => r.toolCalls) };
+    return {
+      n,
+      accuracy,
+      se: n === 0 ? NaN : Math.sqrt(Math.max(0, accuracy * (1 - accuracy)) / n),
+      reward: mean((r) => r.score),
+      badFormat: mean((r) => (r.formatOk ? 0 : 1)),
+      cutOff: mean((r) => (r.finish === 'length' ? 1 : 0)),
+      toolCalls: mean((r) => r.toolCalls),
+    };
   };
   const out: Record<string, FamilyStats> = {};
   for (const [f, rs] of groups) out[f] = stats(rs);
@@ -91,6 +110,8 @@ export async function evaluate(modelDir: string, dataFile: string, cfg: RunConfi
       response: i.response,
       score: i.reward.score,
       accuracy: i.reward.accuracy,
+      formatOk: i.reward.formatOk,
+      finish: i.trajectory.finishReason,
       toolCalls: i.trajectory.toolTags.length,
     }));
     if (options.outFile) fs.writeFileSync(options.outFile, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');

@@ -186,18 +186,21 @@ export interface ReportExtras {
   stages?: Record<string, number>;
 }
 
-/** The held-out table: per family its count, accuracy ± standard error before and after, the change ± its error, tool calls. */
+/** The held-out table: per family its count, accuracy ± standard error before and after, the change ± its error, tool calls, bad format. */
 export function heldOutSection(h: NonNullable<ReportExtras['heldOut']>): string {
   const pct = (s: FamilyStats): string => `${s.accuracy.toFixed(3)} ± ${s.se.toFixed(3)}`;
   type Change = ReturnType<typeof compareFamilies>[string];
   const change = (c: Change): string => `<td${c.worse ? ' class="worse"' : ''}>${c.delta >= 0 ? '+' : ''}${c.delta.toFixed(3)} ± ${c.se.toFixed(3)}</td>`;
+  // Bad format: the share of responses the reward's format check failed (its -1), with the share cut off at the length limit.
+  const share = (s: FamilyStats): string => `${(100 * s.badFormat).toFixed(0)}% (${(100 * s.cutOff).toFixed(0)}% cut off)`;
   const alt = h.alt;
   const rows = Object.entries(h.families).map(([f, c]) => {
     const a = alt?.families[f];
     return (
       `<tr><th>${escapeHtml(f)}</th><td>${c.before.n}</td><td>${pct(c.before)}</td><td>${pct(c.after)}</td>${change(c)}` +
       (alt ? (a ? `<td>${pct(a.after)}</td>${change(a)}` : '<td>-</td><td>-</td>') : '') +
-      `<td>${c.before.toolCalls.toFixed(2)}</td><td>${c.after.toolCalls.toFixed(2)}</td>${alt ? `<td>${a ? a.after.toolCalls.toFixed(2) : '-'}</td>` : ''}</tr>`
+      `<td>${c.before.toolCalls.toFixed(2)}</td><td>${c.after.toolCalls.toFixed(2)}</td>${alt ? `<td>${a ? a.after.toolCalls.toFixed(2) : '-'}</td>` : ''}` +
+      `<td>${share(c.before)}</td><td>${share(c.after)}</td>${alt ? `<td>${a ? share(a.after) : '-'}</td>` : ''}</tr>`
     );
   });
   const n = (s: string): string => escapeHtml(s);
@@ -205,9 +208,10 @@ export function heldOutSection(h: NonNullable<ReportExtras['heldOut']>): string 
     '<section id="heldout"><h2>Held-out test questions, by family</h2>',
     `<table><tr><th>family</th><th>questions</th><th>accuracy: ${n(h.before)}</th><th>accuracy: ${n(h.after)}</th><th>change</th>` +
       (alt ? `<th>accuracy: ${n(alt.name)}</th><th>change</th>` : '') +
-      `<th>tool calls: ${n(h.before)}</th><th>tool calls: ${n(h.after)}</th>${alt ? `<th>tool calls: ${n(alt.name)}</th>` : ''}</tr>`,
+      `<th>tool calls: ${n(h.before)}</th><th>tool calls: ${n(h.after)}</th>${alt ? `<th>tool calls: ${n(alt.name)}</th>` : ''}` +
+      `<th>bad format: ${n(h.before)}</th><th>bad format: ${n(h.after)}</th>${alt ? `<th>bad format: ${n(alt.name)}</th>` : ''}</tr>`,
     ...rows,
-    '</table><p>± one standard error (sqrt(p(1-p)/n); for the change, of both). A change that fell by more than that error is marked red.</p></section>',
+    '</table><p>± one standard error (sqrt(p(1-p)/n); for the change, of both). A change that fell by more than that error is marked red. Bad format: responses the reward scored -1 for their format, and in brackets those cut off at the response-length limit (mostly repetition loops).</p></section>',
   ].join('\n');
 }
 

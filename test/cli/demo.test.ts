@@ -49,7 +49,7 @@ test('the quick demo with --compare runs every stage, trains GRPO beside ARPO fr
   expect(JSON.parse(fs.readFileSync(path.join(out, 'summary.json'), 'utf8'))).toEqual(JSON.parse(JSON.stringify(s)));
   // Per family: the counts, accuracies and standard errors of the per-question files, recomputed naively.
   for (const [stage, file, fams] of [['before', 'test-sft.jsonl', s.families], ['after', 'test-rl.jsonl', s.families], ['after', 'test-grpo.jsonl', s.grpoFamilies!]] as const) {
-    const rows = fs.readFileSync(path.join(out, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { family: string; accuracy: number });
+    const rows = fs.readFileSync(path.join(out, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { family: string; accuracy: number; score: number; finish: string });
     expect(new Set(rows.map((r) => r.family))).toEqual(new Set(Object.keys(fams).filter((f) => f !== 'all')));
     for (const [f, c] of Object.entries(fams)) {
       const rs = f === 'all' ? rows : rows.filter((r) => r.family === f);
@@ -57,6 +57,9 @@ test('the quick demo with --compare runs every stage, trains GRPO beside ARPO fr
       expect(c[stage].n).toBe(rs.length);
       expect(c[stage].accuracy).toBeCloseTo(p, 12);
       expect(c[stage].se).toBeCloseTo(Math.sqrt((p * (1 - p)) / rs.length), 12);
+      // Bad format: the reward's -1; cut off: generation stopped by the response-length limit.
+      expect(c[stage].badFormat).toBeCloseTo(rs.filter((r) => r.score === -1).length / rs.length, 12);
+      expect(c[stage].cutOff).toBeCloseTo(rs.filter((r) => r.finish === 'length').length / rs.length, 12);
     }
   }
   expect(['search', 'python', 'both'].some((f) => f in s.families)).toBe(true);
@@ -64,6 +67,7 @@ test('the quick demo with --compare runs every stage, trains GRPO beside ARPO fr
   expect(html).toContain('<section id="heldout">');
   expect(html).toContain('<section id="stages">');
   expect(html).toContain('<th>accuracy: SFT + GRPO</th>');
+  expect(html).toContain('<th>bad format: SFT + GRPO</th>');
   expect(html).toContain('<th>rl</th><th>grpo</th>'); // both runs in the summary table and every chart
   const text = lines.join('');
   // The time estimate comes before SFT starts, from the first pretraining steps.

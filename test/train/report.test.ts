@@ -140,13 +140,18 @@ describe('report', () => {
 
 describe('held-out table', () => {
   test('per-family accuracy, standard error and change; a family that fell by more than its error is marked', () => {
-    const row = (family: string, accuracy: number, toolCalls = 1) => ({ family, accuracy, score: accuracy * 2 - 1, toolCalls });
+    // A wrong answer has bad format (reward -1); the first wrong one of each list was cut off at the length limit.
+    let cut = 0;
+    const row = (family: string, accuracy: number, toolCalls = 1) => ({ family, accuracy, score: accuracy * 2 - 1, formatOk: accuracy > 0, finish: (accuracy > 0 || cut++ > 0 ? 'answer' : 'length') as 'answer' | 'length', toolCalls });
+    const rows = (...rs: (() => ReturnType<typeof row>)[]) => ((cut = 0), rs.map((r) => r()));
     // search: 3/4 -> 1/4 (falls by 0.5, error sqrt(2 * 3/16 / 4) = 0.306); python: 1/2 -> 2/2.
-    const before = familyStats([row('search', 1), row('search', 1), row('python', 0, 2), row('search', 1), row('python', 1), row('search', 0)]);
-    const after = familyStats([row('search', 0), row('search', 1), row('python', 1), row('search', 0), row('python', 1), row('search', 0)]);
+    const before = familyStats(rows(() => row('search', 1), () => row('search', 1), () => row('python', 0, 2), () => row('search', 1), () => row('python', 1), () => row('search', 0)));
+    const after = familyStats(rows(() => row('search', 0), () => row('search', 1), () => row('python', 1), () => row('search', 0), () => row('python', 1), () => row('search', 0)));
     expect(Object.keys(before)).toEqual(['search', 'python', 'all']);
-    expect(before.search).toEqual({ n: 4, accuracy: 0.75, se: Math.sqrt(0.75 * 0.25 / 4), reward: 0.5, toolCalls: 1 });
-    expect(before.python).toMatchObject({ n: 2, accuracy: 0.5, toolCalls: 1.5 });
+    expect(before.search).toEqual({ n: 4, accuracy: 0.75, se: Math.sqrt(0.75 * 0.25 / 4), reward: 0.5, badFormat: 0.25, cutOff: 0, toolCalls: 1 });
+    expect(before.python).toMatchObject({ n: 2, accuracy: 0.5, badFormat: 0.5, cutOff: 0.5, toolCalls: 1.5 });
+    expect(after.search).toMatchObject({ badFormat: 0.75, cutOff: 0.25 });
+    expect(after.all).toMatchObject({ n: 6, badFormat: 0.5, cutOff: 1 / 6 });
     expect(after.python!.se).toBe(0);
     const c = compareFamilies(before, after);
     expect(c.search!.delta).toBeCloseTo(-0.5, 15);
@@ -156,13 +161,14 @@ describe('held-out table', () => {
     expect(c.all!.worse).toBe(false); // 4/6 -> 3/6: -0.167 against an error of 0.283
     const html = heldOutSection({ before: 'SFT', after: 'SFT + ARPO', families: c });
     expect((html.match(/<td class="worse">/g) ?? []).length).toBe(1);
-    expect(html).toContain('<th>search</th><td>4</td><td>0.750 ± 0.217</td><td>0.250 ± 0.217</td><td class="worse">-0.500 ± 0.306</td><td>1.00</td><td>1.00</td></tr>');
+    expect(html).toContain('<th>search</th><td>4</td><td>0.750 ± 0.217</td><td>0.250 ± 0.217</td><td class="worse">-0.500 ± 0.306</td><td>1.00</td><td>1.00</td><td>25% (0% cut off)</td><td>75% (25% cut off)</td></tr>');
     // A second run beside the first (the demo's --compare): its accuracy, change and tool calls per family.
-    const alt = compareFamilies(before, familyStats([row('search', 1), row('search', 1), row('python', 1, 3), row('search', 1), row('python', 0, 3), row('search', 1)]));
+    const alt = compareFamilies(before, familyStats(rows(() => row('search', 1), () => row('search', 1), () => row('python', 1, 3), () => row('search', 1), () => row('python', 0, 3), () => row('search', 1))));
     const both = heldOutSection({ before: 'SFT', after: 'SFT + ARPO', families: c, alt: { name: 'SFT + GRPO', families: alt } });
     expect(both).toContain('<th>accuracy: SFT + GRPO</th><th>change</th>');
-    expect(both).toContain('<th>search</th><td>4</td><td>0.750 ± 0.217</td><td>0.250 ± 0.217</td><td class="worse">-0.500 ± 0.306</td><td>1.000 ± 0.000</td><td>+0.250 ± 0.217</td><td>1.00</td><td>1.00</td><td>1.00</td></tr>');
-    expect(both).toContain('<th>python</th><td>2</td><td>0.500 ± 0.354</td><td>1.000 ± 0.000</td><td>+0.500 ± 0.354</td><td>0.500 ± 0.354</td><td>+0.000 ± 0.500</td><td>1.50</td><td>1.00</td><td>3.00</td></tr>');
+    expect(both).toContain('<th>search</th><td>4</td><td>0.750 ± 0.217</td><td>0.250 ± 0.217</td><td class="worse">-0.500 ± 0.306</td><td>1.000 ± 0.000</td><td>+0.250 ± 0.217</td><td>1.00</td><td>1.00</td><td>1.00</td><td>25% (0% cut off)</td><td>75% (25% cut off)</td><td>0% (0% cut off)</td></tr>');
+    expect(both).toContain('<th>python</th><td>2</td><td>0.500 ± 0.354</td><td>1.000 ± 0.000</td><td>+0.500 ± 0.354</td><td>0.500 ± 0.354</td><td>+0.000 ± 0.500</td><td>1.50</td><td>1.00</td><td>3.00</td><td>50% (50% cut off)</td><td>0% (0% cut off)</td><td>50% (50% cut off)</td></tr>');
+    expect(both).toContain('<th>bad format: SFT</th><th>bad format: SFT + ARPO</th><th>bad format: SFT + GRPO</th></tr>');
     expect(stagesSection({ a: 30, b: 90 })).toContain('<tr><th>b</th><td>90 s</td><td>75%</td></tr><tr><th>total</th><td>120 s</td>');
     expect(familyStats([]).all).toMatchObject({ n: 0 });
   });
