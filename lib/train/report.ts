@@ -120,12 +120,18 @@ function chartSpec(def: ChartDef, runs: RunData[]): object | null {
   };
 }
 
-/** The step-0 values of a baseline series, one per run that has one (exported for tests). */
+/**
+ * The step-0 values of a baseline series, one line per distinct value, naming the runs that have it
+ * (runs from the same checkpoint, as in the demo's --compare, share one line and one label rather
+ * than drawing their labels over each other); exported for tests.
+ */
 export function baselineValues(b: NonNullable<ChartDef['baseline']>, runs: RunData[]): { value: number; label: string }[] {
-  return runs.flatMap((run) => {
+  const byValue = new Map<number, string[]>();
+  for (const run of runs) {
     const r = run.records.find((x) => x.phase === b.phase && x.step === 0 && Number.isFinite(x.metrics[b.key]));
-    return r ? [{ value: r.metrics[b.key]!, label: `${runs.length > 1 ? `${run.name}: ` : ''}${b.label} ${r.metrics[b.key]!.toFixed(3)}` }] : [];
-  });
+    if (r) byValue.set(r.metrics[b.key]!, [...(byValue.get(r.metrics[b.key]!) ?? []), run.name]);
+  }
+  return [...byValue].map(([value, names]) => ({ value, label: `${runs.length > 1 ? `${names.join(', ')}: ` : ''}${b.label} ${value.toFixed(3)}` }));
 }
 
 /** The report's tree-view section: each run's rollout trees of its last step, or why they cannot be shown. */
@@ -192,7 +198,7 @@ export function heldOutSection(h: NonNullable<ReportExtras['heldOut']>): string 
   type Change = ReturnType<typeof compareFamilies>[string];
   const change = (c: Change): string => `<td${c.worse ? ' class="worse"' : ''}>${c.delta >= 0 ? '+' : ''}${c.delta.toFixed(3)} ± ${c.se.toFixed(3)}</td>`;
   // Bad format: the share of responses the reward's format check failed (its -1), with the share cut off at the length limit.
-  const share = (s: FamilyStats): string => `${(100 * s.badFormat).toFixed(0)}% (${(100 * s.cutOff).toFixed(0)}% cut off)`;
+  const share = (s: FamilyStats): string => `${(100 * s.badFormat).toFixed(0)}% (${(100 * s.cutOff).toFixed(0)}%)`;
   const alt = h.alt;
   const rows = Object.entries(h.families).map(([f, c]) => {
     const a = alt?.families[f];
@@ -209,9 +215,9 @@ export function heldOutSection(h: NonNullable<ReportExtras['heldOut']>): string 
     `<table><tr><th>family</th><th>questions</th><th>accuracy: ${n(h.before)}</th><th>accuracy: ${n(h.after)}</th><th>change</th>` +
       (alt ? `<th>accuracy: ${n(alt.name)}</th><th>change</th>` : '') +
       `<th>tool calls: ${n(h.before)}</th><th>tool calls: ${n(h.after)}</th>${alt ? `<th>tool calls: ${n(alt.name)}</th>` : ''}` +
-      `<th>bad format: ${n(h.before)}</th><th>bad format: ${n(h.after)}</th>${alt ? `<th>bad format: ${n(alt.name)}</th>` : ''}</tr>`,
+      `<th>bad format (cut off): ${n(h.before)}</th><th>bad format (cut off): ${n(h.after)}</th>${alt ? `<th>bad format (cut off): ${n(alt.name)}</th>` : ''}</tr>`,
     ...rows,
-    '</table><p>± one standard error (sqrt(p(1-p)/n); for the change, of both). A change that fell by more than that error is marked red. Bad format: responses the reward scored -1 for their format, and in brackets those cut off at the response-length limit (mostly repetition loops).</p></section>',
+    '</table><p>± one standard error (sqrt(p(1-p)/n); for the change, of both). A change that fell by more than that error is marked red. Bad format: the share of responses the reward scored -1 for their format; cut off: of all responses, those stopped by the response-length limit (repetition loops).</p></section>',
   ].join('\n');
 }
 

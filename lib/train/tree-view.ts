@@ -257,7 +257,8 @@ export function renderTreeSvg(view: TreeView, attribution: 'soft' | 'hard' = 'so
       parts.push(
         `<path class="branch-point" d="M${cx.toFixed(1)},${(cy - 6).toFixed(1)} l6,6 l-6,6 l-6,-6 z" fill="${d.fired ? '#222' : '#fff'}" stroke="#222"><title>${escapeXml(`branch decision after tool call ${d.toolCall}: H ${d.entropy.toFixed(3)} - H_initial ${d.initialEntropy.toFixed(3)} = ΔH ${fmt(d.deltaEntropy, 3)}; P ${d.probability.toFixed(3)}; ${d.fired ? `fired, ${d.branches} branch${d.branches === 1 ? '' : 'es'}` : 'did not fire'}`)}</title></path>`,
       );
-      parts.push(`<text x="${(cx + 7).toFixed(1)}" y="${(cy - 6).toFixed(1)}" font-size="9" fill="${d.fired ? '#000' : '#777'}">ΔH ${fmt(d.deltaEntropy)} P ${d.probability.toFixed(2)}</text>`);
+      // Left of the diamond, over the tool result's end: right of it the next segment has its advantage label.
+      parts.push(`<text x="${(cx - 7).toFixed(1)}" y="${(cy - 7).toFixed(1)}" text-anchor="end" font-size="9" fill="${d.fired ? '#000' : '#777'}">ΔH ${fmt(d.deltaEntropy)} P ${d.probability.toFixed(2)}</text>`);
     }
     if (n.leaf) {
       const l = n.leaf;

@@ -67,7 +67,7 @@ test('the quick demo with --compare runs every stage, trains GRPO beside ARPO fr
   expect(html).toContain('<section id="heldout">');
   expect(html).toContain('<section id="stages">');
   expect(html).toContain('<th>accuracy: SFT + GRPO</th>');
-  expect(html).toContain('<th>bad format: SFT + GRPO</th>');
+  expect(html).toContain('<th>bad format (cut off): SFT + GRPO</th>');
   expect(html).toContain('<th>rl</th><th>grpo</th>'); // both runs in the summary table and every chart
   const text = lines.join('');
   // The time estimate comes before SFT starts, from the first pretraining steps.

@@ -135,6 +135,15 @@ describe('report', () => {
     const def = REPORT_CHARTS.find((c) => c.title === 'Accuracy')!.baseline!;
     expect(baselineValues(def, [readRun(a)])).toEqual([{ value: 0.25, label: 'before RL (step 0 validation) 0.250' }]);
     expect(baselineValues(def, [readRun(a), readRun(b)])).toEqual([{ value: 0.25, label: 'damaged: before RL (step 0 validation) 0.250' }]);
+    // Runs from the same checkpoint share one line and one label; another value gets its own.
+    const same = path.join(tmp, 'same-start');
+    const other = path.join(tmp, 'other-start');
+    fakeRun(same, 1, 0.25);
+    fakeRun(other, 2, 0.5);
+    expect(baselineValues(def, [readRun(a), readRun(b), readRun(same), readRun(other)])).toEqual([
+      { value: 0.25, label: 'damaged, same-start: before RL (step 0 validation) 0.250' },
+      { value: 0.5, label: 'other-start: before RL (step 0 validation) 0.500' },
+    ]);
   });
 });
 
@@ -161,14 +170,14 @@ describe('held-out table', () => {
     expect(c.all!.worse).toBe(false); // 4/6 -> 3/6: -0.167 against an error of 0.283
     const html = heldOutSection({ before: 'SFT', after: 'SFT + ARPO', families: c });
     expect((html.match(/<td class="worse">/g) ?? []).length).toBe(1);
-    expect(html).toContain('<th>search</th><td>4</td><td>0.750 ± 0.217</td><td>0.250 ± 0.217</td><td class="worse">-0.500 ± 0.306</td><td>1.00</td><td>1.00</td><td>25% (0% cut off)</td><td>75% (25% cut off)</td></tr>');
+    expect(html).toContain('<th>search</th><td>4</td><td>0.750 ± 0.217</td><td>0.250 ± 0.217</td><td class="worse">-0.500 ± 0.306</td><td>1.00</td><td>1.00</td><td>25% (0%)</td><td>75% (25%)</td></tr>');
     // A second run beside the first (the demo's --compare): its accuracy, change and tool calls per family.
     const alt = compareFamilies(before, familyStats(rows(() => row('search', 1), () => row('search', 1), () => row('python', 1, 3), () => row('search', 1), () => row('python', 0, 3), () => row('search', 1))));
     const both = heldOutSection({ before: 'SFT', after: 'SFT + ARPO', families: c, alt: { name: 'SFT + GRPO', families: alt } });
     expect(both).toContain('<th>accuracy: SFT + GRPO</th><th>change</th>');
-    expect(both).toContain('<th>search</th><td>4</td><td>0.750 ± 0.217</td><td>0.250 ± 0.217</td><td class="worse">-0.500 ± 0.306</td><td>1.000 ± 0.000</td><td>+0.250 ± 0.217</td><td>1.00</td><td>1.00</td><td>1.00</td><td>25% (0% cut off)</td><td>75% (25% cut off)</td><td>0% (0% cut off)</td></tr>');
-    expect(both).toContain('<th>python</th><td>2</td><td>0.500 ± 0.354</td><td>1.000 ± 0.000</td><td>+0.500 ± 0.354</td><td>0.500 ± 0.354</td><td>+0.000 ± 0.500</td><td>1.50</td><td>1.00</td><td>3.00</td><td>50% (50% cut off)</td><td>0% (0% cut off)</td><td>50% (50% cut off)</td></tr>');
-    expect(both).toContain('<th>bad format: SFT</th><th>bad format: SFT + ARPO</th><th>bad format: SFT + GRPO</th></tr>');
+    expect(both).toContain('<th>search</th><td>4</td><td>0.750 ± 0.217</td><td>0.250 ± 0.217</td><td class="worse">-0.500 ± 0.306</td><td>1.000 ± 0.000</td><td>+0.250 ± 0.217</td><td>1.00</td><td>1.00</td><td>1.00</td><td>25% (0%)</td><td>75% (25%)</td><td>0% (0%)</td></tr>');
+    expect(both).toContain('<th>python</th><td>2</td><td>0.500 ± 0.354</td><td>1.000 ± 0.000</td><td>+0.500 ± 0.354</td><td>0.500 ± 0.354</td><td>+0.000 ± 0.500</td><td>1.50</td><td>1.00</td><td>3.00</td><td>50% (50%)</td><td>0% (0%)</td><td>50% (50%)</td></tr>');
+    expect(both).toContain('<th>bad format (cut off): SFT</th><th>bad format (cut off): SFT + ARPO</th><th>bad format (cut off): SFT + GRPO</th></tr>');
     expect(stagesSection({ a: 30, b: 90 })).toContain('<tr><th>b</th><td>90 s</td><td>75%</td></tr><tr><th>total</th><td>120 s</td>');
     expect(familyStats([]).all).toMatchObject({ n: 0 });
   });

@@ -5,10 +5,21 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { attributeScores, type ScoredTrajectory } from '../../lib/train/batch';
-import { readTreeViews, renderTreeSvg, rewardColour, treeRows, treeViews, writeTreeViews } from '../../lib/train/tree-view';
+import { readTreeViews, renderTreeSvg, rewardColour, treeRows, treeViews, writeTreeViews, type TreeView } from '../../lib/train/tree-view';
 import { RolloutTree, type RolloutResult } from '../../lib/rollout';
 import type { BranchDecision, TokenText } from '../../lib/rollout/types';
 import type { DatasetExample } from '../../lib/data';
+
+/** Small labels (font size 9) do not overlap: none closer than 9 px vertically whose spans meet (width estimated at 5.5 px per character). */
+function expectNoOverlappingLabels(svg: string): void {
+  const labels = [...svg.matchAll(/<text x="([-\d.]+)" y="([-\d.]+)"( text-anchor="end")?[^>]*font-size="9"[^>]*>([^<]*)<\/text>/g)].map((m) => {
+    const x = Number(m[1]);
+    const w = m[4]!.length * 5.5;
+    return { y: Number(m[2]), lo: m[3] ? x - w : x, hi: m[3] ? x : x + w, text: m[4] };
+  });
+  expect(labels.some((l) => l.text!.startsWith('ΔH'))).toBe(true);
+  for (const a of labels) for (const b of labels) if (a !== b && Math.abs(a.y - b.y) < 9) expect({ a: a.text, b: b.text, overlap: a.lo < b.hi && b.lo < a.hi }).toMatchObject({ overlap: false });
+}
 
 const text: TokenText = { encode: () => [], decode: (ids) => Array.from(ids, (t) => `t${t}`).join(' ') };
 const tool = (tag: string, ok = true) => ({ tag, content: `${tag} query`, ok, cached: false, ms: 3 });
@@ -122,12 +133,35 @@ describe('tree view', () => {
     expect(svg).toContain(`fill="${rewardColour(1)}"`);
     expect(svg).toContain(`fill="${rewardColour(-1)}"`);
     expect(svg).toContain('ΔH +0.20 P 0.54');
+    expectNoOverlappingLabels(svg);
     expect(svg).toContain('&lt;tower&gt;'); // the question is escaped
     expect(svg).not.toContain('<tower>');
     expect(rewardColour(1)).toBe('rgb(44,160,44)');
     expect(rewardColour(-1)).toBe('rgb(214,39,40)');
     expect(rewardColour(0)).toBe('rgb(150,150,150)');
     expect(rewardColour(Number.NaN)).toBe('rgb(150,150,150)');
+  });
+
+  test('labels stay apart where a branch decision meets the next segment (the demo\'s shape: a long search result, then a long answer)', () => {
+    const decision = { toolCall: 1, entropy: 0.02, initialEntropy: 0.01, deltaEntropy: 0.01, probability: 0.5, fired: true, branches: 1 };
+    const leaf = (index: number, reward: number) => ({ index, reward, accuracy: reward > 0 ? 1 : 0, advantage: reward - 0.5, finishReason: 'answer', toolCalls: 1 });
+    const view: TreeView = {
+      prompt: 0,
+      question: 'How many years older is A than B?',
+      groundTruth: '79',
+      promptLength: 23,
+      nodes: [
+        { id: 0, parent: -1, kind: 'prompt', start: -23, length: 23, text: '', path: -1, value: 0, advantage: 0, leavesBelow: 2 },
+        { id: 1, parent: 0, kind: 'generated', start: 0, length: 23, text: '<think>', path: 0, value: 0, advantage: 0, leavesBelow: 2 },
+        { id: 2, parent: 1, kind: 'tool_result', start: 23, length: 119, text: ' <result>', path: 0, tool: { tag: 'search', ok: true, query: 'A born' }, value: 0, advantage: 0, leavesBelow: 2, decision },
+        { id: 3, parent: 2, kind: 'generated', start: 142, length: 37, text: ' <think>', path: 0, value: 0.5, advantage: 0.5, leavesBelow: 1, leaf: leaf(0, 1) },
+        { id: 4, parent: 2, kind: 'generated', start: 142, length: 30, text: ' <think>', path: 1, value: -0.5, advantage: -0.5, leavesBelow: 1, leaf: leaf(1, 0) },
+      ],
+    };
+    const svg = renderTreeSvg(view, 'soft');
+    expect(svg).toContain('ΔH +0.01 P 0.50');
+    expect(svg).toContain('A +0.50');
+    expectNoOverlappingLabels(svg);
   });
 
   test('the file round-trips; a damaged file is reported, not thrown', () => {
