@@ -129,7 +129,8 @@ export function baselineValues(b: NonNullable<ChartDef['baseline']>, runs: RunDa
   const byValue = new Map<number, string[]>();
   for (const run of runs) {
     const r = run.records.find((x) => x.phase === b.phase && x.step === 0 && Number.isFinite(x.metrics[b.key]));
-    if (r) byValue.set(r.metrics[b.key]!, [...(byValue.get(r.metrics[b.key]!) ?? []), run.name]);
+    const value = r?.metrics[b.key];
+    if (value !== undefined) byValue.set(value, [...(byValue.get(value) ?? []), run.name]);
   }
   return [...byValue].map(([value, names]) => ({ value, label: `${runs.length > 1 ? `${names.join(', ')}: ` : ''}${b.label} ${value.toFixed(3)}` }));
 }
@@ -200,22 +201,23 @@ export function heldOutSection(h: NonNullable<ReportExtras['heldOut']>): string 
   // Bad format: the share of responses the reward's format check failed (its -1), with the share cut off at the length limit.
   const share = (s: FamilyStats): string => `${(100 * s.badFormat).toFixed(0)}% (${(100 * s.cutOff).toFixed(0)}%)`;
   const alt = h.alt;
+  const n = (s: string): string => escapeHtml(s);
+  // A column per model (before, after, and the second run's after when there is one).
+  const models = (what: string): string => `<th>${what}: ${n(h.before)}</th><th>${what}: ${n(h.after)}</th>${alt ? `<th>${what}: ${n(alt.name)}</th>` : ''}`;
   const rows = Object.entries(h.families).map(([f, c]) => {
     const a = alt?.families[f];
+    const cells = (value: (s: FamilyStats) => string): string => `<td>${value(c.before)}</td><td>${value(c.after)}</td>${alt ? `<td>${a ? value(a.after) : '-'}</td>` : ''}`;
     return (
       `<tr><th>${escapeHtml(f)}</th><td>${c.before.n}</td><td>${pct(c.before)}</td><td>${pct(c.after)}</td>${change(c)}` +
       (alt ? (a ? `<td>${pct(a.after)}</td>${change(a)}` : '<td>-</td><td>-</td>') : '') +
-      `<td>${c.before.toolCalls.toFixed(2)}</td><td>${c.after.toolCalls.toFixed(2)}</td>${alt ? `<td>${a ? a.after.toolCalls.toFixed(2) : '-'}</td>` : ''}` +
-      `<td>${share(c.before)}</td><td>${share(c.after)}</td>${alt ? `<td>${a ? share(a.after) : '-'}</td>` : ''}</tr>`
+      `${cells((s) => s.toolCalls.toFixed(2))}${cells(share)}</tr>`
     );
   });
-  const n = (s: string): string => escapeHtml(s);
   return [
     '<section id="heldout"><h2>Held-out test questions, by family</h2>',
     `<table><tr><th>family</th><th>questions</th><th>accuracy: ${n(h.before)}</th><th>accuracy: ${n(h.after)}</th><th>change</th>` +
       (alt ? `<th>accuracy: ${n(alt.name)}</th><th>change</th>` : '') +
-      `<th>tool calls: ${n(h.before)}</th><th>tool calls: ${n(h.after)}</th>${alt ? `<th>tool calls: ${n(alt.name)}</th>` : ''}` +
-      `<th>bad format (cut off): ${n(h.before)}</th><th>bad format (cut off): ${n(h.after)}</th>${alt ? `<th>bad format (cut off): ${n(alt.name)}</th>` : ''}</tr>`,
+      `${models('tool calls')}${models('bad format (cut off)')}</tr>`,
     ...rows,
     '</table><p>± one standard error (sqrt(p(1-p)/n); for the change, of both). A change that fell by more than that error is marked red. Bad format: the share of responses the reward scored -1 for their format; cut off: of all responses, those stopped by the response-length limit (repetition loops).</p></section>',
   ].join('\n');
