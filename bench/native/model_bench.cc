@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "test/torch/tiny_model.h"
+#include "torch/compat.h"
 #include "torch/device.h"
 #include "torch/engine.h"
 #include "torch/trainer.h"
@@ -56,10 +57,21 @@ ModelConfig model_config(const std::string& name) {
     c.num_attention_heads = 4;
     c.num_key_value_heads = 2;
     c.max_position_embeddings = 4096;
+  } else if (name == "demo") {  // the demo's decoder (lib/cli/demo.ts demoModelConfig, its vocabulary of ~1,200)
+    c.model_type = "qwen3";
+    c.vocab_size = 1206;
+    c.hidden_size = 128;
+    c.intermediate_size = 384;
+    c.num_hidden_layers = 4;
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 4;
+    c.head_dim = 16;
+    c.max_position_embeddings = 2048;
+    c.tie_word_embeddings = true;
   } else {
-    throw ModelError("--model: expected qwen2-0.5b or tiny but received \"" + name + "\"");
+    throw ModelError("--model: expected qwen2-0.5b, demo or tiny but received \"" + name + "\"");
   }
-  c.qkv_bias = true;
+  c.qkv_bias = c.model_type == "qwen2";
   c.validate();
   return c;
 }
@@ -110,7 +122,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    if (threads > 0) at::set_num_threads(threads);
+    arpo::compat::set_compute_threads(threads);
     const ModelConfig c = model_config(model_name);
     const at::Device device = parse_device(device_arg, "--device");
     const at::ScalarType dtype = parse_dtype(dtype_arg);
@@ -166,12 +178,18 @@ int main(int argc, char** argv) {
       train_step(model, optimizer, {mb}, cfg, LossMode::Policy, oc, nullptr, threads);  // warm-up
       const auto t0 = std::chrono::steady_clock::now();
       TrainMetrics m;
-      for (int s = 0; s < train_steps; ++s) m = train_step(model, optimizer, {mb}, cfg, LossMode::Policy, oc, nullptr, threads);
+      std::string per_step;  // seconds of each step: the spread is part of the result on a shared machine
+      for (int s = 0; s < train_steps; ++s) {
+        const auto ts = std::chrono::steady_clock::now();
+        m = train_step(model, optimizer, {mb}, cfg, LossMode::Policy, oc, nullptr, threads);
+        per_step += (s ? "," : "") + std::to_string(seconds_since(ts)).substr(0, 5);
+      }
       const double sec = seconds_since(t0);
       const double tokens = static_cast<double>(train_seqs) * train_len * train_steps;
       std::printf("%s,\"what\":\"train\",\"sequences\":%d,\"length\":%d,\"steps\":%d,\"tokens_per_s\":%.2f,\"s_per_step\":%.3f,"
-                  "\"loss\":%.6g,\"grad_norm\":%.6g}\n",
-                  head.c_str(), train_seqs, train_len, train_steps, tokens / sec, sec / train_steps, m.loss, m.grad_norm);
+                  "\"loss\":%.6g,\"grad_norm\":%.6g,\"step_s\":[%s]}\n",
+                  head.c_str(), train_seqs, train_len, train_steps, tokens / sec, sec / train_steps, m.loss, m.grad_norm,
+                  per_step.c_str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "model_bench: %s\n", e.what());

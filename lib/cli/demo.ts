@@ -4,11 +4,15 @@
 // cold-starts it with SFT, evaluates it on the held-out test split, trains it
 // with ARPO, evaluates again, and writes the report.
 import * as fs from 'fs';
+import * as os from 'os';
 import * as path from 'path';
 import { buildDemoEnvironment, demoIsolation, localPython, openDemoTools, PretrainCurriculum } from '../envs';
 import { PolicyModel } from '../model/policy-model';
 import { Tokenizer } from '../model/tokenizer';
-import { invalidArgument } from '../errors';
+import { ArpoError, invalidArgument } from '../errors';
+import { hasTorch, loadNative } from '../native/loader';
+import { Dist } from '../train/dist';
+import { readLaunchEnv, threadsPerRank, withHelperRanks } from '../train/launch';
 import { initModel } from './init-model';
 import { validateConfig, type RunConfig } from '../train/config';
 import { compareFamilies, evaluate, familyStats } from '../train/evaluate';
@@ -32,7 +36,24 @@ export interface DemoOptions {
    * prompts, seed and steps) and put it beside ARPO in the summary and report.
    */
   compare?: boolean;
+  /**
+   * Processes that train the model stages (pretraining, SFT) data-parallel,
+   * one rank each (default: defaultDemoRanks()). RL and the evaluations run
+   * in this process.
+   */
+  nproc?: number;
   progress?: { write(s: string): boolean; isTTY?: boolean };
+}
+
+/**
+ * Ranks of the demo's model stages: 2 where the machine has 2 or more cores
+ * and the addon has c10d's Gloo backend, else 1. On 2 cores, two
+ * one-thread processes train a step ~1.9x faster than one process with two
+ * threads, whose matmuls and elementwise ops do not speed up with the second
+ * thread there (note on issue 15, 2026-12-06).
+ */
+export function defaultDemoRanks(): number {
+  return os.cpus().length >= 2 && hasTorch() && loadNative().hasGloo === true ? 2 : 1;
 }
 
 export interface DemoSummary {
@@ -73,13 +94,15 @@ export interface DemoPlan {
 /**
  * Seconds per unit of demo work, as multiples of one pretraining step,
  * measured on this project's reference machine (2 AMD EPYC vCPUs, idle,
- * 2026-12-05): a pretraining step 0.169 s and an SFT step 0.888 s (the bench's
- * demo checkpoint: 2,000 steps in 338 s, 600 in 533 s), an RL step of the demo
- * configuration 14.6 s with ARPO and 16.1 s with GRPO (rollout + update, the
- * e2e bench's medians), a greedily evaluated test question 0.095 s (200 in
- * 18.9 s). The demo times its first pretraining steps and scales these.
+ * 2026-12-06, `npm run demo`: 2 data-parallel ranks, the malloc settings of
+ * package.json's demo script): a pretraining step 0.0995 s (2,000 in 199 s),
+ * an SFT step 0.432 s (600 in 259 s), an RL step of the demo configuration
+ * 11.1 s with ARPO (40 in 444 s, validations aside) and, at the ratio the
+ * e2e bench measured between them, 12.2 s with GRPO; a greedily evaluated
+ * question 0.105 s (640 test and validation questions in ~67 s). The demo
+ * times its first pretraining steps and scales these.
  */
-export const DEMO_COST = { sftStep: 5.26, rlStep: { arpo: 86, trajectory: 95 }, evalQuestion: 0.56 } as const;
+export const DEMO_COST = { sftStep: 4.34, rlStep: { arpo: 112, trajectory: 123 }, evalQuestion: 1.06 } as const;
 
 /** Seconds per stage from the plan and this machine's measured seconds per pretraining step. */
 export function estimateDemo(plan: DemoPlan, pretrainStep: number): Record<string, number> {
@@ -196,7 +219,7 @@ export interface DemoModelRun {
  * weights with a fresh optimiser on the traces (cfg.model.path). Metrics go
  * to <out>/pretrain-metrics.jsonl and <out>/sft-metrics.jsonl.
  */
-export async function trainDemoModel(o: {
+export interface DemoModelSpec {
   envDir: string;
   sftFile: string;
   traces: number;
@@ -204,39 +227,73 @@ export async function trainDemoModel(o: {
   seed: number;
   cfg: RunConfig;
   pretrain: PretrainSettings;
+}
+
+export async function trainDemoModel(o: DemoModelSpec & {
+  /** Data parallel: this process's rank of the model stages (default: one process). */
+  dist?: Dist;
   progress?: { write(s: string): boolean; isTTY?: boolean };
   say?: (s: string) => void;
   /** Told the mean seconds of the first pretraining steps (the demo's time estimate). */
   calibrate?: (secondsPerPretrainStep: number) => void;
 }): Promise<DemoModelRun> {
-  const say = o.say ?? (() => undefined);
+  const dist = o.dist ?? Dist.single();
+  const say = dist.isRoot && o.say ? o.say : () => undefined;
   const tokenizer = Tokenizer.fromDir(o.envDir);
   const eos = tokenizer.eosTokenId ?? 0;
   const initDir = path.join(o.out, 'model-init');
-  await initModel({ config: demoModelConfig(tokenizer.vocabSize, eos, tokenizer.bosTokenId ?? eos), out: initDir, seed: o.seed, tokenizerDir: o.envDir });
+  await dist.rootFirst(() => (dist.isRoot ? initModel({ config: demoModelConfig(tokenizer.vocabSize, eos, tokenizer.bosTokenId ?? eos), out: initDir, seed: o.seed, tokenizerDir: o.envDir }) : undefined));
   const pretrainedDir = path.join(o.out, 'model-pretrained');
   const sftDir = o.cfg.model.path;
   if (sftDir === null) throw invalidArgument('the SFT output directory', 'cfg.model.path', sftDir);
-  // Each stage loads its starting weights (a fresh optimiser), trains them in place and saves them.
+  // Each stage loads its starting weights (a fresh optimiser), trains them in place and saves them (rank 0).
+  // A rank of several computes on its share of the cores; the process-wide thread count is put back after.
   const stage = async <T>(from: string, to: string, fn: (model: PolicyModel) => Promise<T>): Promise<T> => {
-    const model = await PolicyModel.load(from, { threads: o.cfg.model.threads });
+    const model = await PolicyModel.load(from, { threads: o.cfg.model.threads, dtype: o.cfg.model.dtype });
+    const threads = model.info().threads;
     try {
+      if (dist.distributed && o.cfg.model.threads === 0) model.setThreads(threadsPerRank(os.cpus().length, dist.localWorld));
+      await dist.attach(model);
       const result = await fn(model);
-      await model.save(to, { tokenizerDir: o.envDir, optimizer: false });
+      await dist.rootFirst(() => (dist.isRoot ? model.save(to, { tokenizerDir: o.envDir, optimizer: false }) : undefined));
       return result;
     } finally {
+      model.setThreads(threads);
       model.dispose();
     }
   };
   const t0 = Date.now();
   say(`[demo] pretraining for ${o.pretrain.steps} steps on synthetic copy / recall sequences (no facts of the world)`);
   const curriculum = new PretrainCurriculum(tokenizer, o.seed);
-  const pretrain = await stage(initDir, pretrainedDir, (model) => runPretrain(model, (n) => curriculum.batch(n), o.pretrain, o.out, o.progress, o.calibrate ? { done: o.calibrate } : undefined));
+  const pretrain = await stage(initDir, pretrainedDir, (model) => runPretrain(model, (n) => curriculum.batch(n), o.pretrain, o.out, o.progress, o.calibrate ? { done: o.calibrate } : undefined, dist));
   const t1 = Date.now();
   say(`[demo] SFT on ${o.traces} traces (${o.cfg.sft.epochs} epochs)`);
   const data = readSftData(o.sftFile, tokenizer, { systemPrompt: o.cfg.data.systemPrompt });
-  const sft = await stage(pretrainedDir, sftDir, (model) => runSft(model, data, o.cfg, o.out, o.progress));
+  const sft = await stage(pretrainedDir, sftDir, (model) => runSft(model, data, o.cfg, o.out, o.progress, { dist }));
   return { initDir, pretrainedDir, sftDir, pretrain, sft, seconds: { pretrain: (t1 - t0) / 1000, sft: (Date.now() - t1) / 1000 } };
+}
+
+/** `arpo demo --model-rank <spec>`: a helper rank (1..N-1) of the model stages; rank 0 is the demo process, which wrote the spec. */
+export async function runDemoModelRank(specFile: string): Promise<void> {
+  let spec: DemoModelSpec;
+  try {
+    spec = JSON.parse(fs.readFileSync(specFile, 'utf8')) as DemoModelSpec;
+  } catch (e) {
+    throw new ArpoError('BAD_CONFIG', `--model-rank: cannot read the model-stage spec ${specFile}: ${(e as Error).message}`);
+  }
+  const cfg = validateConfig(spec.cfg as unknown as Record<string, unknown>, specFile);
+  await Dist.run(readLaunchEnv(), cfg.train.distTimeoutS * 1000, (dist) => trainDemoModel({ ...spec, cfg, dist }).then(() => undefined));
+}
+
+/** trainDemoModel on `nproc` ranks: this process is rank 0, helpers (`arpo demo --model-rank`) the others. */
+export async function trainDemoModelRanks(nproc: number, o: Parameters<typeof trainDemoModel>[0]): Promise<DemoModelRun> {
+  if (nproc <= 1) return trainDemoModel(o);
+  const spec: DemoModelSpec = { envDir: o.envDir, sftFile: o.sftFile, traces: o.traces, out: o.out, seed: o.seed, cfg: o.cfg, pretrain: o.pretrain };
+  const specFile = path.join(o.out, 'model-ranks.json');
+  fs.mkdirSync(o.out, { recursive: true });
+  fs.writeFileSync(specFile, `${JSON.stringify(spec, null, 1)}\n`);
+  const sink = o.progress ?? process.stderr;
+  return withHelperRanks(nproc, ['demo', '--model-rank', specFile], (launch) => Dist.run(launch, o.cfg.train.distTimeoutS * 1000, (dist) => trainDemoModel({ ...o, dist })), { stdout: sink, stderr: sink });
 }
 
 export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
@@ -279,7 +336,10 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
     evalQuestions: testQuestions * (1 + rlModes.length) + rlModes.length * validations * Math.min(cfg.data.validLimit || env.questions.valid.length, env.questions.valid.length),
   };
   const calibrate = (perStep: number): void => say(`[demo] estimated time on this machine: ${formatEstimate({ 'world build': (tBuild - t0) / 1000, ...estimateDemo(plan, perStep) })} (scaled from the first pretraining steps, ${perStep.toFixed(3)} s each)`);
-  const trained = await trainDemoModel({ envDir, sftFile: env.files.sft, traces: env.traces.length, out, seed: options.seed, cfg, pretrain: demoPretrainSettings(quick), progress: options.progress, say, calibrate });
+  const nproc = options.nproc ?? defaultDemoRanks();
+  if (!Number.isInteger(nproc) || nproc < 1 || nproc > cfg.sft.batchSequences) throw invalidArgument(`an integer in [1, ${cfg.sft.batchSequences}] (sft.batchSequences)`, 'nproc', nproc);
+  if (nproc > 1) say(`[demo] pretraining, SFT and RL run data-parallel in ${nproc} processes (--nproc 1: one process)`);
+  const trained = await trainDemoModelRanks(nproc, { envDir, sftFile: env.files.sft, traces: env.traces.length, out, seed: options.seed, cfg, pretrain: demoPretrainSettings(quick), progress: options.progress, say, calibrate });
   const tSft = Date.now();
   say('[demo] evaluating the SFT model on the held-out test split');
   const sftEval = await evaluate(sftDir, env.files.test, cfg, { limit: testLimit, workDir: out, outFile: path.join(out, 'test-sft.jsonl') });
@@ -296,11 +356,17 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   for (const run of rlRuns) {
     const t = Date.now();
     say(`[demo] ${run.name} RL for ${run.cfg.train.steps} steps`);
-    const summary = await train(run.cfg, { progress: options.progress, report: false });
+    // The RL run on the same ranks: helpers are `arpo train --config <the run's config>`.
+    const cfgFile = path.join(out, `${run.label}-config.json`);
+    fs.writeFileSync(cfgFile, `${JSON.stringify(run.cfg, null, 1)}\n`);
+    const sink = options.progress ?? process.stderr;
+    const summary = await withHelperRanks(nproc, ['train', '--config', cfgFile], (launch) => train(run.cfg, { progress: options.progress, report: false, launch }), { stdout: sink, stderr: sink });
     const ckpts = path.join(run.dir, 'checkpoints');
     const model = path.join(ckpts, fs.readFileSync(path.join(ckpts, 'latest'), 'utf8').trim(), 'model');
     say(`[demo] evaluating the ${run.name} model on the held-out test split`);
-    const ev = await evaluate(model, env.files.test, run.cfg, { limit: testLimit, workDir: out, outFile: path.join(out, `test-${run.label}.jsonl`) });
+    // A rank's train() left this process at its share of the cores; the evaluation uses them all again.
+    const evalCfg = nproc > 1 && run.cfg.model.threads === 0 ? { ...run.cfg, model: { ...run.cfg.model, threads: os.cpus().length } } : run.cfg;
+    const ev = await evaluate(model, env.files.test, evalCfg, { limit: testLimit, workDir: out, outFile: path.join(out, `test-${run.label}.jsonl`) });
     const trainSteps = readMetrics(path.join(run.dir, 'metrics.jsonl')).filter((r) => r.phase === 'train');
     const perPrompt = trainSteps.map((r) => r.metrics['tools/executed_per_prompt']).filter((v): v is number => v !== undefined);
     results.push({

@@ -5,7 +5,7 @@
 // SLURM_NTASKS_PER_NODE, with MASTER_ADDR / MASTER_PORT set by the job
 // script). Nothing set: one process. Half a launch (a rank without a world
 // size, a rank outside the world) is an error naming the variable and value.
-import { spawn } from 'child_process';
+import { spawn, type ChildProcess } from 'child_process';
 import * as fs from 'fs';
 import * as net from 'net';
 import * as os from 'os';
@@ -115,30 +115,10 @@ export interface LocalLaunchOptions {
   graceMs?: number;
 }
 
-/**
- * `arpo <command> --nproc N`: starts N ranks of this command on this machine
- * (`node bin/arpo.js <args>` with RANK, WORLD_SIZE, LOCAL_RANK,
- * LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT, as torchrun
- * would) and forwards their output line by line with a `[rank r] ` prefix
- * (rank 0's stdout unprefixed: the command's result). When a rank fails the
- * others are stopped and the error names it; resolves to the exit code.
- */
-export async function launchLocalRanks(nproc: number, args: readonly string[], options: LocalLaunchOptions = {}): Promise<number> {
-  if (!Number.isInteger(nproc) || nproc < 1 || nproc > 1024) throw bad('--nproc', String(nproc), 'expected a number of ranks in [1, 1024]');
-  if (process.env.RANK !== undefined || process.env.WORLD_SIZE !== undefined) {
-    throw bad('--nproc', String(nproc), 'this process is already a rank of a launched run (RANK / WORLD_SIZE are set); drop --nproc or the launcher');
-  }
-  const out = options.stdout ?? process.stdout;
-  const err = options.stderr ?? process.stderr;
-  const port = await freePort();
+/** Children of `node bin/arpo.js <args>` as ranks `ranks` of a world of `world` met at 127.0.0.1:`port` (torchrun's variables), their lines forwarded with a `[rank r] ` prefix (rank 0's stdout unprefixed). */
+function spawnRanks(ranks: readonly number[], world: number, port: number, args: readonly string[], out: { write(s: string): boolean }, err: { write(s: string): boolean }): ChildProcess[] {
   const bin = path.resolve(__dirname, '..', '..', 'bin', 'arpo.js');
   const script = fs.existsSync(bin) ? bin : path.resolve(__dirname, '..', '..', '..', 'bin', 'arpo.js');
-  const children = Array.from({ length: nproc }, (_, r) =>
-    spawn(process.execPath, [script, ...args], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, RANK: String(r), WORLD_SIZE: String(nproc), LOCAL_RANK: String(r), LOCAL_WORLD_SIZE: String(nproc), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port) },
-    }),
-  );
   const forward = (stream: NodeJS.ReadableStream, sink: { write(s: string): boolean }, prefix: string): void => {
     let pending = '';
     stream.setEncoding('utf8');
@@ -152,10 +132,23 @@ export async function launchLocalRanks(nproc: number, args: readonly string[], o
       if (pending) sink.write(`${prefix}${pending}\n`);
     });
   };
-  children.forEach((c, r) => {
+  return ranks.map((r) => {
+    const c = spawn(process.execPath, [script, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, RANK: String(r), WORLD_SIZE: String(world), LOCAL_RANK: String(r), LOCAL_WORLD_SIZE: String(world), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port) },
+    });
     forward(c.stdout!, out, r === 0 ? '' : `[rank ${r}] `);
     forward(c.stderr!, err, `[rank ${r}] `);
+    return c;
   });
+}
+
+/**
+ * Waits for every child; the first to fail (or `stop(reason)` from outside)
+ * stops the others (SIGTERM, then SIGKILL after graceMs). Resolves to the
+ * first failure, or null when all exited cleanly.
+ */
+function superviseRanks(children: readonly ChildProcess[], ranks: readonly number[], graceMs: number): { done: Promise<string | null>; stop(reason: string): void } {
   let failure: string | null = null;
   let stopping = false;
   const stopOthers = (): void => {
@@ -164,34 +157,61 @@ export async function launchLocalRanks(nproc: number, args: readonly string[], o
     for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGTERM');
     setTimeout(() => {
       for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-    }, options.graceMs ?? 5000).unref();
+    }, graceMs).unref();
   };
-  const onSignal = (sig: NodeJS.Signals): void => {
-    failure ??= `stopped by ${sig}`;
-    stopOthers();
+  const done = Promise.all(
+    children.map(
+      (c, i) =>
+        new Promise<void>((resolve) => {
+          const r = ranks[i];
+          c.on('error', (e) => {
+            failure ??= `rank ${r} could not start: ${e.message}`;
+            stopOthers();
+            resolve();
+          });
+          c.on('close', (code, signal) => {
+            if (!stopping && (code !== 0 || signal !== null)) {
+              failure ??= `rank ${r} ${signal ? `was killed by ${signal}` : `exited with code ${code}`}`;
+              stopOthers();
+            }
+            resolve();
+          });
+        }),
+    ),
+  ).then(() => failure);
+  return {
+    done,
+    stop: (reason: string) => {
+      failure ??= reason;
+      stopOthers();
+    },
   };
+}
+
+/**
+ * `arpo <command> --nproc N`: starts N ranks of this command on this machine
+ * (`node bin/arpo.js <args>` with RANK, WORLD_SIZE, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT, as torchrun
+ * would) and forwards their output line by line with a `[rank r] ` prefix
+ * (rank 0's stdout unprefixed: the command's result). When a rank fails the
+ * others are stopped and the error names it; resolves to the exit code.
+ */
+export async function launchLocalRanks(nproc: number, args: readonly string[], options: LocalLaunchOptions = {}): Promise<number> {
+  if (!Number.isInteger(nproc) || nproc < 1 || nproc > 1024) throw bad('--nproc', String(nproc), 'expected a number of ranks in [1, 1024]');
+  if (process.env.RANK !== undefined || process.env.WORLD_SIZE !== undefined) {
+    throw bad('--nproc', String(nproc), 'this process is already a rank of a launched run (RANK / WORLD_SIZE are set); drop --nproc or the launcher');
+  }
+  const err = options.stderr ?? process.stderr;
+  const port = await freePort();
+  const ranks = Array.from({ length: nproc }, (_, r) => r);
+  const children = spawnRanks(ranks, nproc, port, args, options.stdout ?? process.stdout, err);
+  const supervised = superviseRanks(children, ranks, options.graceMs ?? 5000);
+  const onSignal = (sig: NodeJS.Signals): void => supervised.stop(`stopped by ${sig}`);
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  let failure: string | null;
   try {
-    await Promise.all(
-      children.map(
-        (c, r) =>
-          new Promise<void>((resolve) => {
-            c.on('error', (e) => {
-              failure ??= `rank ${r} could not start: ${e.message}`;
-              stopOthers();
-              resolve();
-            });
-            c.on('close', (code, signal) => {
-              if (!stopping && (code !== 0 || signal !== null)) {
-                failure ??= `rank ${r} ${signal ? `was killed by ${signal}` : `exited with code ${code}`}`;
-                stopOthers();
-              }
-              resolve();
-            });
-          }),
-      ),
-    );
+    failure = await supervised.done;
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
@@ -201,4 +221,54 @@ export async function launchLocalRanks(nproc: number, args: readonly string[], o
     return 1;
   }
   return 0;
+}
+
+export interface HelperRanks {
+  /** This process's place: rank 0 of the world, at the helpers' MASTER_PORT. */
+  launch: LaunchEnv;
+  /** Resolves when every helper has exited: null, or the first failure ("rank 1 exited with code 1"). */
+  done: Promise<string | null>;
+  /** Stops the helpers that still run (this process failed). */
+  stop(): void;
+}
+
+/**
+ * Ranks 1..world-1 of a data-parallel stage whose rank 0 is this process
+ * (the demo's model stages): `node bin/arpo.js <args>` children with
+ * torchrun's variables, their output forwarded with a `[rank r] ` prefix.
+ * This process joins the same group with `launch` (Dist.open).
+ */
+export async function startHelperRanks(world: number, args: readonly string[], options: LocalLaunchOptions = {}): Promise<HelperRanks> {
+  if (!Number.isInteger(world) || world < 2 || world > 1024) throw bad('nproc', String(world), 'expected a number of ranks in [2, 1024]');
+  const port = await freePort();
+  const ranks = Array.from({ length: world - 1 }, (_, i) => i + 1);
+  const children = spawnRanks(ranks, world, port, args, options.stdout ?? process.stdout, options.stderr ?? process.stderr);
+  const supervised = superviseRanks(children, ranks, options.graceMs ?? 5000);
+  return {
+    launch: { rank: 0, world, localRank: 0, localWorld: world, masterAddr: '127.0.0.1', masterPort: port, source: 'single' },
+    done: supervised.done,
+    stop: () => supervised.stop('rank 0 stopped'),
+  };
+}
+
+/**
+ * `fn` as rank 0 of `nproc` local ranks whose others are `arpo <args>`
+ * children (startHelperRanks); with nproc 1, `fn` on a one-process launch.
+ * A failed helper, or a failure of `fn`, stops the rest; the error names the
+ * rank that failed first.
+ */
+export async function withHelperRanks<T>(nproc: number, args: readonly string[], fn: (launch: LaunchEnv) => Promise<T>, options: LocalLaunchOptions = {}): Promise<T> {
+  if (nproc <= 1) return fn(readLaunchEnv({}));
+  const helpers = await startHelperRanks(nproc, args, options);
+  let result: T;
+  try {
+    result = await fn(helpers.launch);
+  } catch (e) {
+    helpers.stop();
+    const failure = await helpers.done;
+    throw failure ? new ArpoError('DIST_FAILED', `${failure}; rank 0: ${(e as Error).message}`) : e;
+  }
+  const failure = await helpers.done;
+  if (failure) throw new ArpoError('DIST_FAILED', `${failure} after rank 0 finished`);
+  return result;
 }

@@ -4,6 +4,7 @@
 import { invalidArgument } from '../errors';
 import type { PolicyModel, TrainSequence } from '../model/policy-model';
 import { MetricsLog, Progress, type StepMetrics } from './metrics';
+import { Dist } from './dist';
 
 export interface PretrainSettings {
   /** Optimiser steps. */
@@ -30,6 +31,12 @@ const WINDOW = 50;
  * Trains `model` in place for settings.steps steps on `next(batchSequences)`;
  * logs `phase: 'pretrain'` metrics into <runDir>/pretrain-metrics.jsonl and a
  * progress line every 50 steps.
+ *
+ * Data parallel (`dist` of several ranks, the model attached to its group):
+ * every rank draws the same batch from its own copy of the seeded stream and
+ * trains its contiguous block of it (Dist.shard); the model sums the
+ * gradients, so the steps are those of one process on the whole batch. Rank 0
+ * alone logs, shows progress and calibrates.
  */
 export async function runPretrain(
   model: PolicyModel,
@@ -43,27 +50,31 @@ export async function runPretrain(
    * a caller's time estimate. With fewer steps, the steps there are.
    */
   calibrate?: { skip?: number; steps?: number; done(secondsPerStep: number): void },
+  dist: Dist = Dist.single(),
 ): Promise<PretrainSummary> {
   for (const k of ['steps', 'batchSequences', 'warmupSteps'] as const) {
     if (!Number.isInteger(settings[k]) || settings[k] < (k === 'warmupSteps' ? 0 : 1)) throw invalidArgument(k === 'warmupSteps' ? 'a non-negative integer' : 'a positive integer', `pretrain.${k}`, settings[k]);
   }
   if (!(settings.lr > 0) || !Number.isFinite(settings.lr)) throw invalidArgument('a positive number', 'pretrain.lr', settings.lr);
   if (!(settings.weightDecay >= 0) || !Number.isFinite(settings.weightDecay)) throw invalidArgument('a non-negative number', 'pretrain.weightDecay', settings.weightDecay);
+  if (settings.batchSequences < dist.world) throw invalidArgument(`at least one sequence per rank (${dist.world} ranks)`, 'pretrain.batchSequences', settings.batchSequences);
   const log = new MetricsLog(runDir, 'pretrain-metrics.jsonl');
-  const progress = new Progress(settings.steps, progressOut, 'pretrain', 0);
+  const progress = new Progress(settings.steps, dist.isRoot ? progressOut : { write: () => true }, 'pretrain', 0);
   const started = Date.now();
   let calibrationStart = started;
   const losses: number[] = [];
   for (let step = 1; step <= settings.steps; step++) {
-    const m = await model.trainStep([next(settings.batchSequences)], {
+    const batch = next(settings.batchSequences);
+    const { lo, hi } = dist.shard(batch.length);
+    const m = await model.trainStep([batch.slice(lo, hi)], {
       mode: 'sft',
       optimizer: { lr: settings.lr, warmupSteps: settings.warmupSteps, weightDecay: settings.weightDecay, schedule: 'constant', maxGradNorm: 1 },
     });
     losses.push(m.loss);
     const metrics: StepMetrics = { 'pretrain/loss': m.loss, 'actor/loss': m.loss, 'actor/grad_norm': m.gradNorm, 'actor/lr': m.lr, 'pretrain/tokens': m.tokens };
-    log.append({ step, phase: 'pretrain', time: (Date.now() - started) / 1000, metrics });
+    if (dist.isRoot) log.append({ step, phase: 'pretrain', time: (Date.now() - started) / 1000, metrics });
     if (step % WINDOW === 0 || step === settings.steps) progress.step(step, metrics);
-    if (calibrate) {
+    if (calibrate && dist.isRoot) {
       const skip = Math.min(calibrate.skip ?? 5, settings.steps - 1);
       const until = Math.min(settings.steps, skip + (calibrate.steps ?? 20));
       if (step === skip) calibrationStart = Date.now();

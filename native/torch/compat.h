@@ -10,6 +10,9 @@
 // - Pip wheels choose _GLIBCXX_USE_CXX11_ABI (0 before 2.7, 1 since): CMake
 //   applies TORCH_CXX_FLAGS to every arpo target, not only to the torch layer,
 //   so std::string crosses between them with one ABI.
+// - The BLAS behind libtorch: pip wheels use MKL, whose threads
+//   at::set_num_threads sets; Debian's libtorch uses OpenBLAS, whose own
+//   thread pool it does not. set_compute_threads sets both.
 // - libtorch with CUDA: ARPO_WITH_CUDA is defined (CMake) only when libtorch
 //   has CUDA and the arpo CUDA kernels were built; then and only then the
 //   CUDA stream and device-guard headers are included, here.
@@ -18,6 +21,9 @@
 #include <torch/version.h>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <dlfcn.h>
 
 #define ARPO_TORCH_VERSION (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
 static_assert(ARPO_TORCH_VERSION >= 113, "arpo needs libtorch 1.13 or newer");
@@ -40,6 +46,19 @@ constexpr bool kCudaBuild =
 #else
     false;
 #endif
+
+// The intra-op threads of this process: at::set_num_threads and, where
+// libtorch's BLAS is OpenBLAS, openblas_set_num_threads (found at run time;
+// absent under MKL). Without the second, a model set to 1 thread still runs
+// every matmul on OpenBLAS's own pool of one thread per core: two data-parallel
+// ranks on 2 cores then keep 4 BLAS threads busy-waiting on each other.
+inline void set_compute_threads(int n) {
+  if (n <= 0) return;
+  at::set_num_threads(n);
+  using SetThreads = void (*)(int);
+  static const auto openblas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (openblas != nullptr) openblas(n);
+}
 
 #ifdef ARPO_WITH_CUDA
 // Makes `device` current for the scope (a no-op guard for CPU tensors).

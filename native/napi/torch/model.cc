@@ -63,6 +63,7 @@ class ModelTask : public Napi::AsyncWorker {
       model::ComputeLock compute;  // no fork() while BLAS runs (torch/fork_guard.h)
       std::lock_guard<std::mutex> lock(state_->mu);
       if (!state_->model) throw std::runtime_error("the model was disposed");
+      if (std::getenv("ARPO_FTZ")) at::globalContext().setFlushDenormal(true);
       work_(*state_);
     } catch (const std::exception& e) {
       SetError(message_of(e));
@@ -288,7 +289,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
                                                                  : model::parse_device(str(opts, "device"), "options.device");
       state_ = std::make_shared<ModelState>();
       state_->threads = static_cast<int32_t>(num_or(opts, "threads", 0));
-      if (state_->threads > 0) at::set_num_threads(state_->threads);
+      compat::set_compute_threads(state_->threads);
       KVCache::Options kv;
       kv.block_size = static_cast<int64_t>(num_or(opts, "blockSize", 16));
       kv.initial_blocks = static_cast<int64_t>(num_or(opts, "initialBlocks", 64));
@@ -675,7 +676,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
     sync(info.Env(), [n](ModelState& s) {
       s.threads = n;
       s.engine->set_threads(n);
-      if (n > 0) at::set_num_threads(n);
+      compat::set_compute_threads(n);
       return 0;
     });
     return info.Env().Undefined();
