@@ -37,16 +37,16 @@ export interface DemoOptions {
    */
   compare?: boolean;
   /**
-   * Processes that train the model stages (pretraining, SFT) data-parallel,
-   * one rank each (default: defaultDemoRanks()). RL and the evaluations run
-   * in this process.
+   * Processes that train data-parallel (pretraining, SFT and each RL run),
+   * this one being rank 0 (default: defaultDemoRanks()). The evaluations run
+   * in this process alone.
    */
   nproc?: number;
   progress?: { write(s: string): boolean; isTTY?: boolean };
 }
 
 /**
- * Ranks of the demo's model stages: 2 where the machine has 2 or more cores
+ * Ranks of the demo's training (pretraining, SFT, RL): 2 where the machine has 2 or more cores
  * and the addon has c10d's Gloo backend, else 1. On 2 cores, two
  * one-thread processes train a step ~1.9x faster than one process with two
  * threads, whose matmuls and elementwise ops do not speed up with the second

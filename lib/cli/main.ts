@@ -103,7 +103,7 @@ export function buildProgram(argv: readonly string[] = process.argv): Command {
     .option('--steps <n>', 'RL steps (default 40; 3 with --quick)', (v) => Number.parseInt(v, 10))
     .option('--quick', 'a small, fast run (smoke test)')
     .option('--compare', 'also train trajectory-level GRPO from the same SFT checkpoint (same M, prompts, seed and steps) and report both side by side')
-    .addOption(new Option('--nproc <n>', 'processes for pretraining and SFT, data-parallel (default: 2 on a machine with 2 or more cores, else 1)').argParser((v) => Number.parseInt(v, 10)))
+    .addOption(new Option('--nproc <n>', 'processes for pretraining, SFT and RL, data-parallel (default: 2 on a machine with 2 or more cores, else 1)').argParser((v) => Number.parseInt(v, 10)))
     .addOption(new Option('--model-rank <spec>', 'internal: a helper rank of the model stages').hideHelp())
     .action(async (opts: { out: string; seed: number; steps?: number; quick?: boolean; compare?: boolean; nproc?: number; modelRank?: string }) => {
       const { runDemo, runDemoModelRank } = require('./demo') as typeof import('./demo');
