@@ -22,6 +22,8 @@ export interface E2ERunSpec {
   mode: 'arpo' | 'trajectory';
   steps: number;
   quick: boolean;
+  /** rollout.speculativeRefills (default: the config's default, on). */
+  speculativeRefills?: boolean;
 }
 
 export interface TrainStepCost {
@@ -98,13 +100,13 @@ export async function runE2E(spec: E2ERunSpec): Promise<E2ERunResult> {
   // Same prompts, seed, budget M and batch for both modes: only the rollout (and its preset) differ.
   const cfg = demoRunConfig(spec.envDir, spec.modelDir, spec.runDir, spec.seed, spec.quick, spec.steps, {
     algorithm: { name: spec.mode === 'arpo' ? 'arpo' : 'grpo' },
-    rollout: { mode: spec.mode },
+    rollout: { mode: spec.mode, ...(spec.speculativeRefills === undefined ? {} : { speculativeRefills: spec.speculativeRefills }) },
     // No step-0 validation: greedy decoding of the same checkpoint is the same for every run (the bench
     // evaluates the checkpoint once); the trained model is evaluated below, after the last step.
     train: { validateEvery: 0, checkpointEvery: 0 },
   });
   const t0 = Date.now();
-  const label = `${spec.mode === 'arpo' ? 'arpo' : 'grpo'} seed ${spec.seed}`;
+  const label = `${spec.mode === 'arpo' ? (spec.speculativeRefills === false ? 'arpo, refills after idle' : 'arpo') : 'grpo'} seed ${spec.seed}`;
   await train(cfg, { report: false, progress: { write: (s: string) => process.stderr.write(`  [${label}] ${s.trimStart()}`) } });
   const records = readMetrics(path.join(spec.runDir, 'metrics.jsonl'));
   // Held-out evaluation of the final checkpoint: greedy, n = 1, the config's validation split and limit.

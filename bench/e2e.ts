@@ -15,12 +15,18 @@ export interface E2EOptions {
   workDir: string;
   seeds: number[];
   steps: number;
+  /** Also run ARPO with rollout.speculativeRefills off (refills start once every path finished), for what speculation buys. */
+  refillsAblation?: boolean;
   log: (line: string) => void;
 }
+
+/** `arpo-idle`: ARPO with speculativeRefills off (the ablation). */
+export type RunVariant = 'arpo' | 'arpo-idle' | 'trajectory';
 
 /** The numbers one run contributes (per-step means over its training steps). */
 export interface RunSummary {
   mode: 'arpo' | 'trajectory';
+  variant: RunVariant;
   seed: number;
   values: Record<MetricKey, number>;
 }
@@ -44,7 +50,9 @@ const METRICS = {
   slotsReady: 'rollout slots: share ready, left out of a call (batch limits)',
   slotsTool: 'rollout slots: share waiting for a tool result',
   slotsGrant: 'rollout slots: share held for a branch grant',
+  slotsSpeculative: 'rollout slots: share not started, a speculative refill decoding for it',
   slotsUnused: 'rollout slots: share not started (a later branch or refill)',
+  speculativeDroppedPerTrajectory: 'rollout: speculative refill tokens computed and dropped, per trajectory (not in tokens computed)',
   trainTokensPerSecond: 'train step: tokens computed / s (fwd + fused loss + bwd + AdamW; packed trees: unique tokens)',
   trainSecondsPerStep: 'train phase: s / step (old-logprob recompute + updates)',
   trainPeakExtraMiB: 'train step: peak RSS rise, MiB',
@@ -67,6 +75,8 @@ export interface E2EResult {
   runs: RunSummary[];
   raw: E2ERunResult[];
   metrics: Record<MetricKey, { arpo: Spread; trajectory: Spread; ratio: Spread }>;
+  /** With refillsAblation: ARPO with refills after idle, and speculative / after-idle per seed. */
+  ablation?: Record<MetricKey, { arpoIdle: Spread; ratio: Spread }>;
   targets: Target[];
 }
 
@@ -97,7 +107,9 @@ export function summariseRun(r: E2ERunResult): RunSummary {
     slotsReady: meanOf(t, 'time/slots_ready'),
     slotsTool: meanOf(t, 'time/slots_tool'),
     slotsGrant: meanOf(t, 'time/slots_grant'),
+    slotsSpeculative: meanOf(t, 'time/slots_speculative'),
     slotsUnused: meanOf(t, 'time/slots_unused'),
+    speculativeDroppedPerTrajectory: sumOf(t, 'time/speculative_tokens_dropped') / sumOf(t, 'rollout/trajectories'),
     trainTokensPerSecond: r.trainStep.seconds > 0 ? r.trainStep.tokens / r.trainStep.seconds : NaN,
     trainSecondsPerStep: meanOf(t, 'time/train_s'),
     trainPeakExtraMiB: r.trainStep.peakExtraRssBytes / 2 ** 20,
@@ -110,7 +122,8 @@ export function summariseRun(r: E2ERunResult): RunSummary {
     // Total tool calls over the number of exactly correct answers (NaN when none is correct).
     validToolCallsPerCorrect: correct > 0 ? (final['tools/calls_per_traj'] ?? NaN) / correct : NaN,
   };
-  return { mode: r.spec.mode, seed: r.spec.seed, values };
+  const variant: RunVariant = r.spec.mode === 'trajectory' ? 'trajectory' : r.spec.speculativeRefills === false ? 'arpo-idle' : 'arpo';
+  return { mode: r.spec.mode, variant, seed: r.spec.seed, values };
 }
 
 async function runOne(o: E2EOptions, spec: E2ERunSpec): Promise<E2ERunResult> {
@@ -147,12 +160,17 @@ export async function runE2EBench(o: E2EOptions): Promise<E2EResult> {
   );
   const raw: E2ERunResult[] = [];
   for (const [i, seed] of o.seeds.entries()) {
-    // Alternate which mode goes first, so slow drifts of the shared machine hit both alike.
-    const modes: ('arpo' | 'trajectory')[] = i % 2 === 0 ? ['arpo', 'trajectory'] : ['trajectory', 'arpo'];
-    for (const mode of modes) {
-      o.log(`[bench] e2e: ${mode === 'arpo' ? 'ARPO' : 'GRPO (trajectory-level)'} seed ${seed}, ${o.steps} steps`);
-      const runDir = path.join(o.workDir, `${mode}-seed${seed}`);
-      raw.push(await runOne(o, { envDir: checkpoint.envDir, modelDir: checkpoint.modelDir, runDir, seed, mode, steps: o.steps, quick: o.quick }));
+    // Alternate which variant goes first, so slow drifts of the shared machine hit all alike.
+    const variants: RunVariant[] = o.refillsAblation ? ['arpo', 'trajectory', 'arpo-idle'] : ['arpo', 'trajectory'];
+    if (i % 2 === 1) variants.reverse();
+    for (const variant of variants) {
+      const mode = variant === 'trajectory' ? 'trajectory' : 'arpo';
+      const what = variant === 'arpo' ? 'ARPO' : variant === 'arpo-idle' ? 'ARPO (refills after idle)' : 'GRPO (trajectory-level)';
+      o.log(`[bench] e2e: ${what} seed ${seed}, ${o.steps} steps`);
+      const runDir = path.join(o.workDir, `${variant}-seed${seed}`);
+      const spec: E2ERunSpec = { envDir: checkpoint.envDir, modelDir: checkpoint.modelDir, runDir, seed, mode, steps: o.steps, quick: o.quick };
+      if (variant === 'arpo-idle') spec.speculativeRefills = false;
+      raw.push(await runOne(o, spec));
     }
   }
   const runs = raw.map(summariseRun);
@@ -161,14 +179,13 @@ export async function runE2EBench(o: E2EOptions): Promise<E2EResult> {
   // rarely calls tools when it samples, and ARPO branches only after tool calls.
   const sampledToolCalls = spread(raw.filter((r) => r.spec.mode === 'trajectory').map((r) => r.train[0]?.['tools/calls_per_traj'] ?? NaN));
   const metrics = {} as E2EResult['metrics'];
+  const ablation = o.refillsAblation ? ({} as NonNullable<E2EResult['ablation']>) : undefined;
   for (const key of Object.keys(METRICS) as MetricKey[]) {
-    const of = (mode: string): number[] => runs.filter((r) => r.mode === mode).map((r) => r.values[key]);
-    const ratios = o.seeds.map((s) => {
-      const a = runs.find((r) => r.seed === s && r.mode === 'arpo')?.values[key] ?? NaN;
-      const g = runs.find((r) => r.seed === s && r.mode === 'trajectory')?.values[key] ?? NaN;
-      return a / g;
-    });
+    const of = (variant: RunVariant): number[] => runs.filter((r) => r.variant === variant).map((r) => r.values[key]);
+    const value = (s: number, variant: RunVariant): number => runs.find((r) => r.seed === s && r.variant === variant)?.values[key] ?? NaN;
+    const ratios = o.seeds.map((s) => value(s, 'arpo') / value(s, 'trajectory'));
     metrics[key] = { arpo: spread(of('arpo')), trajectory: spread(of('trajectory')), ratio: spread(ratios) };
+    if (ablation) ablation[key] = { arpoIdle: spread(of('arpo-idle')), ratio: spread(o.seeds.map((s) => value(s, 'arpo') / value(s, 'arpo-idle'))) };
   }
   const tc = metrics.toolCallsExecutedPerPrompt;
   const everySeed = o.seeds.every((s) => {
@@ -209,6 +226,7 @@ export async function runE2EBench(o: E2EOptions): Promise<E2EResult> {
     runs,
     raw,
     metrics,
+    ...(ablation ? { ablation } : {}),
     targets,
   };
 }
@@ -232,11 +250,21 @@ export function e2eTables(r: E2EResult): string {
       `Cells: median [min, max] over seeds; ratio = median over seeds of ARPO / GRPO.`,
   );
   const digits: Partial<Record<MetricKey, number>> = { engineCallsPerStep: 0, rowsPerEngineCall: 1, modelMsPerToken: 3, trajectoriesPerSecond: 2, tokensPerTrajectory: 1, tokensComputedPerTrajectory: 1, trainTokensPerSecond: 0, trainPeakExtraMiB: 1, processPeakMiB: 0 };
+  const ab = r.ablation;
   const rows = (Object.keys(METRICS) as MetricKey[]).map((k) => {
     const m = r.metrics[k];
     const d = digits[k] ?? 3;
-    return [METRICS[k], withSpread(m.arpo, d), withSpread(m.trajectory, d), withSpread(m.ratio, 2)];
+    const row = [METRICS[k], withSpread(m.arpo, d), withSpread(m.trajectory, d), withSpread(m.ratio, 2)];
+    if (ab) row.push(withSpread(ab[k].arpoIdle, d), withSpread(ab[k].ratio, 2));
+    return row;
   });
-  lines.push(table(['metric', 'ARPO', 'GRPO (trajectory-level)', 'ARPO / GRPO'], rows));
+  if (ab) {
+    lines.push(
+      'Ablation (`--refills-ablation`): ARPO also run with `rollout.speculativeRefills: false`, i.e. a prompt\'s refills start only once every one of its paths has finished (the same trees and tool calls; only when their tokens are computed differs). Last column: ARPO / that run, per seed.',
+    );
+  }
+  const header = ['metric', 'ARPO', 'GRPO (trajectory-level)', 'ARPO / GRPO'];
+  if (ab) header.push('ARPO, refills after idle', 'ARPO / after idle');
+  lines.push(table(header, rows));
   return lines.join('\n\n');
 }

@@ -3,7 +3,7 @@
 // on the demo world. Prints one markdown report and writes it, with the JSON of
 // every number, to bench/results/.
 //
-//   npm run bench [-- --quick] [--only kernels|tools|llama|e2e|packing|determinism|soak|scale] [--seeds 1,2,3] [--steps N] [--out DIR]
+//   npm run bench [-- --quick] [--only kernels|tools|llama|e2e|packing|determinism|soak|scale] [--seeds 1,2,3] [--steps N] [--refills-ablation] [--out DIR]
 //
 // The soak (300 small RL steps watching RSS, file descriptors, engine paths and
 // tool workers) runs only with --only soak; --steps sets its length too.
@@ -84,10 +84,11 @@ async function main(): Promise<void> {
     .option('--only <part>', 'kernels, tools, llama, e2e, packing, determinism, soak or scale (default: all but soak and scale)')
     .option('--seeds <list>', 'e2e seeds, comma-separated (default: 1,2 quick, 1,2,3 full)', seedList)
     .option('--steps <n>', 'e2e training steps per run (default: 2 quick, 8 full); soak steps (default 300, 60 quick)', positiveInt('--steps'))
+    .option('--refills-ablation', 'e2e: also run ARPO with rollout.speculativeRefills off (a third run per seed)', false)
     .option('--out <dir>', 'results folder', path.join(root, 'bench', 'results'))
     .allowExcessArguments(false);
   program.parse(process.argv);
-  const opts = program.opts<{ quick: boolean; only?: string; seeds?: number[]; steps?: number; out: string }>();
+  const opts = program.opts<{ quick: boolean; only?: string; seeds?: number[]; steps?: number; out: string; refillsAblation: boolean }>();
   const parts = ['kernels', 'tools', 'llama', 'e2e', 'packing', 'determinism', 'soak', 'scale'];
   if (opts.only !== undefined && !parts.includes(opts.only)) {
     throw new InvalidArgumentError(`Expected one of ${parts.join(', ')} for --only but received ${JSON.stringify(opts.only)}`);
@@ -171,6 +172,7 @@ async function main(): Promise<void> {
           workDir,
           seeds: opts.seeds ?? (opts.quick ? [1, 2] : [1, 2, 3]),
           steps: opts.steps ?? (opts.quick ? 2 : 8),
+          refillsAblation: opts.refillsAblation,
           log,
         });
       } finally {

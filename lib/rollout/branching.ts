@@ -49,9 +49,20 @@ export function decisionUniform(seed: bigint, prompt: number, path: number, tool
 export const PREFILL_STREAM_ORDER = 0xffffffff;
 
 /**
+ * Stream order of a prompt's refill j (its j-th fresh global sample after the
+ * first N): 2^31 + j, keyed by the refill index rather than by the path's
+ * creation order, so a refill samples the same tokens whether it starts once
+ * every path has finished or speculatively with the first paths.
+ */
+export function refillStreamOrder(j: number): number {
+  if (!Number.isInteger(j) || j < 0 || j >= 2 ** 31 - 1) throw invalidArgument('a refill index in [0, 2^31 - 1)', 'refill', j);
+  return 2 ** 31 + j;
+}
+
+/**
  * Sampling stream of a path: (prompt index, creation order within the
- * prompt) packed as prompt · 2^32 + order. Unique within a step; the step's
- * seed separates steps.
+ * prompt) packed as prompt · 2^32 + order (refills: {@link refillStreamOrder}).
+ * Unique within a step; the step's seed separates steps.
  */
 export function pathStream(prompt: number, order: number): bigint {
   if (!Number.isInteger(prompt) || prompt < 0 || prompt >= 2 ** 31) throw invalidArgument('a prompt index in [0, 2^31)', 'prompt', prompt);

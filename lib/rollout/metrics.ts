@@ -61,6 +61,7 @@ export function emptyMetrics(mode: 'arpo' | 'trajectory'): MetricsAccumulator {
     engineRows: 0,
     slotMs: emptySlotTime(),
     toolWaitMs: 0,
+    speculation: { started: 0, kept: 0, tokensDropped: 0 },
     branchDeltas: [],
     entropyBefore: new Map(),
     entropyAfter: new Map(),
@@ -151,6 +152,7 @@ export function finalizeMetrics(acc: MetricsAccumulator, trees: readonly Rollout
     engineRows: acc.engineRows,
     slotMs: { ...acc.slotMs },
     toolWaitMs: acc.toolWaitMs,
+    speculation: { ...acc.speculation },
   };
 }
 
@@ -220,5 +222,6 @@ export function mergeRolloutMetrics(parts: readonly RolloutMetrics[]): RolloutMe
     engineRows: sum((m) => m.engineRows),
     slotMs,
     toolWaitMs: sum((m) => m.toolWaitMs),
+    speculation: addRecords((m) => m.speculation) as RolloutMetrics['speculation'],
   };
 }

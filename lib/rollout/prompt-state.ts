@@ -54,8 +54,10 @@ export class PathState {
     readonly order: number,
     readonly origin: PathOrigin,
     start: { node: number; toolCalls: number; responseTokens: number; initialEntropy?: number; k: number },
+    /** Its sampling stream (default: keyed by its creation order; refills bring theirs). */
+    stream?: bigint,
   ) {
-    this.stream = pathStream(prompt.streamKey, order);
+    this.stream = stream ?? pathStream(prompt.streamKey, order);
     this.node = start.node;
     this.toolCalls = start.toolCalls;
     this.requestsFormed = start.toolCalls;
@@ -66,6 +68,30 @@ export class PathState {
       this.initialEntropy = start.initialEntropy;
     }
   }
+}
+
+/**
+ * A speculative refill (rollout setting `speculativeRefills`): the prompt's
+ * refill `index`, a fresh global sample decoded ahead of time up to the end of
+ * its first segment and kept outside the tree. If the prompt ends under
+ * budget with more than `index` slots left, it becomes refill path `index`
+ * (its samples replayed into the tree, the tool call it stopped at run then);
+ * otherwise it is dropped.
+ */
+export class SpeculativeRefill {
+  engineId = -1;
+  input: Int32Array | null = null;
+  inFlight = false;
+  /** The first segment ended (EOS, answer, length or a tool call): nothing to decode until it is kept. */
+  parked = false;
+  /** Every sample so far, as the engine returned it (token, logprob, entropy, normalised entropy, the branching estimate). */
+  readonly samples: { token: number; logprob: number; entropy: number; normEntropy: number; estimate: number }[] = [];
+  /** The sampled tokens (the segment so far). */
+  readonly tokens: number[] = [];
+  constructor(
+    readonly index: number,
+    readonly stream: bigint,
+  ) {}
 }
 
 /** A firing decision waiting for its budget grant. */
@@ -79,6 +105,8 @@ export class PromptState {
   readonly tree: RolloutTree;
   readonly paths: PathState[] = [];
   readonly requests: BranchRequest[] = [];
+  /** Speculative refills still in the running, by refill index (those past `remaining` are dropped as soon as the budget shrinks). */
+  speculative: SpeculativeRefill[] = [];
   /** Engine path holding the prompt minus its last token (forked by every global sample); -1 when none. */
   rootEngineId = -1;
   rootInput: Int32Array | null = null;
@@ -104,8 +132,8 @@ export class PromptState {
     return this.settings.budget - this.paths.length;
   }
 
-  newPath(origin: PathOrigin, start: { node: number; toolCalls: number; responseTokens: number; initialEntropy?: number }): PathState {
-    const p = new PathState(this, this.paths.length, origin, { ...start, k: this.settings.entropyWindow });
+  newPath(origin: PathOrigin, start: { node: number; toolCalls: number; responseTokens: number; initialEntropy?: number }, stream?: bigint): PathState {
+    const p = new PathState(this, this.paths.length, origin, { ...start, k: this.settings.entropyWindow }, stream);
     this.paths.push(p);
     return p;
   }

@@ -10,16 +10,18 @@
 // - the decision after tool call c uses the window after result c, not the
 //   segment that led to the call;
 // - a prompt whose paths all finished under budget gets fresh global samples,
-//   never duplicated trajectories;
+//   never duplicated trajectories; they are decoded speculatively from the
+//   start up to their first tool call (setting speculativeRefills), which
+//   changes when their tokens are computed, not which tokens or calls;
 // - over the tool-call limit a path ends without a forced, trained EOS token;
 // - branches fork the KV cache at the end of the tool result (nothing recomputed).
 import { setMaxListeners } from 'events';
 import { ArpoError, invalidArgument } from '../errors';
 import type { GenerationEngine } from '../model/types';
 import { DEFAULT_PROTOCOL, formatResult, parseToolCall, type ToolProtocol } from '../tools/protocol';
-import { branchFires, branchProbability, decisionUniform, EntropyWindow, pathStream, PREFILL_STREAM_ORDER, seedToU64, topKEntropy } from './branching';
+import { branchFires, branchProbability, decisionUniform, EntropyWindow, pathStream, PREFILL_STREAM_ORDER, refillStreamOrder, seedToU64, topKEntropy } from './branching';
 import { emptyMetrics, finalizeMetrics, type MetricsAccumulator } from './metrics';
-import { PathState, PromptState, type BranchRequest } from './prompt-state';
+import { PathState, PromptState, SpeculativeRefill, type BranchRequest } from './prompt-state';
 import { resolveRolloutSettings, type RolloutSettings } from './settings';
 import { stopCompletedBy } from './stops';
 import { accountSlots, type RolloutTrace } from './trace';
@@ -58,7 +60,10 @@ interface ToolDone {
   atMs: number;
 }
 
-type BatchEntry = { root: PromptState } | { path: PathState };
+type BatchEntry = { root: PromptState } | { path: PathState } | { refill: SpeculativeRefill };
+
+/** How a sampled token ends its segment, if it does (the checks in onSample's order). */
+type SegmentEnd = { finish: FinishReason } | { call: { tag: string; content: string } } | null;
 
 /** Runs one rollout step: ARPO trees or M independent trajectories per prompt (settings.mode). */
 export async function rollout(
@@ -196,11 +201,66 @@ class RolloutRun {
   private spawnGlobal(p: PromptState, count: number, origin: 'global' | 'refill'): void {
     const last = p.promptTokens[p.promptTokens.length - 1] as number;
     for (let i = 0; i < count; i++) {
-      const path = p.newPath(origin, { node: 0, toolCalls: 0, responseTokens: 0 });
-      path.engineId =
-        p.rootEngineId >= 0 ? this.engine.fork(p.rootEngineId, p.promptTokens.length - 1, path.stream) : this.engine.newPath(path.stream);
+      // Refill i samples from its own stream whenever it starts (see refillStreamOrder).
+      const stream = origin === 'refill' ? pathStream(p.streamKey, refillStreamOrder(i)) : undefined;
+      const path = p.newPath(origin, { node: 0, toolCalls: 0, responseTokens: 0 }, stream);
+      path.engineId = this.forkRoot(p, path.stream);
       path.input = Int32Array.of(last);
       this.m.paths[origin]++;
+    }
+    if (origin === 'global' && this.s.mode === 'arpo' && this.s.speculativeRefills) {
+      // Every refill the prompt may need, started now (kept or dropped in settle).
+      for (let j = 0; j < p.remaining; j++) {
+        const r = new SpeculativeRefill(j, pathStream(p.streamKey, refillStreamOrder(j)));
+        r.engineId = this.forkRoot(p, r.stream);
+        r.input = Int32Array.of(last);
+        p.speculative.push(r);
+        this.m.speculation.started++;
+      }
+    }
+  }
+
+  /** A new engine path that continues the prompt (its cached prefix when there is one). */
+  private forkRoot(p: PromptState, stream: bigint): number {
+    return p.rootEngineId >= 0 ? this.engine.fork(p.rootEngineId, p.promptTokens.length - 1, stream) : this.engine.newPath(stream);
+  }
+
+  /** Drops the speculative refills the prompt can no longer need (index >= what is left of its budget). */
+  private dropSpeculative(p: PromptState, keepBelow: number): void {
+    if (p.speculative.length === 0) return;
+    const keep: SpeculativeRefill[] = [];
+    for (const r of p.speculative) {
+      if (r.index < keepBelow) {
+        keep.push(r);
+        continue;
+      }
+      if (r.engineId >= 0) this.engine.freePath(r.engineId);
+      r.engineId = -1;
+      this.m.speculation.tokensDropped += r.tokens.length;
+    }
+    p.speculative = keep;
+  }
+
+  /**
+   * The prompt ended under budget: its speculative refills 0..remaining-1
+   * become refill paths, in index order, exactly as spawnGlobal would create
+   * them now; their samples so far are replayed into the tree (a tool call
+   * they stopped at runs now).
+   */
+  private keepSpeculative(p: PromptState): void {
+    const kept = p.speculative;
+    p.speculative = [];
+    if (kept.length !== p.remaining || kept.some((r, j) => r.index !== j)) {
+      throw new ArpoError('NATIVE_OP_FAILED', `rollout: prompt ${p.index} needs ${p.remaining} refills but holds speculative refills [${kept.map((r) => r.index).join(', ')}] (scheduler invariant broken)`);
+    }
+    for (const r of kept) {
+      const path = p.newPath('refill', { node: 0, toolCalls: 0, responseTokens: 0 }, r.stream);
+      path.engineId = r.engineId;
+      r.engineId = -1;
+      this.m.paths.refill++;
+      this.m.speculation.kept++;
+      if (r.samples.length === 0) path.input = r.input;
+      for (const x of r.samples) this.onSample(path, x.token, x.logprob, x.entropy, x.normEntropy, x.estimate);
     }
   }
 
@@ -221,6 +281,16 @@ class RolloutRun {
             /* already failing: keep the first error */
           }
           path.engineId = -1;
+        }
+      }
+      for (const r of p.speculative) {
+        if (r.engineId >= 0) {
+          try {
+            this.engine.freePath(r.engineId);
+          } catch {
+            /* as above */
+          }
+          r.engineId = -1;
         }
       }
       if (p.rootEngineId >= 0) {
@@ -259,6 +329,15 @@ class RolloutRun {
         tokens += path.input.length;
       }
     }
+    // Speculative refills take what room is left: never a slot a budgeted path could use.
+    for (let i = 0; i < count; i++) {
+      const p = this.prompts[(this.rotation + i) % count] as PromptState;
+      for (const refill of p.speculative) {
+        if (refill.parked || !refill.input || refill.inFlight || !fits(refill.input.length)) continue;
+        batch.push({ refill });
+        tokens += refill.input.length;
+      }
+    }
     this.rotation = (this.rotation + 1) % count;
     return batch;
   }
@@ -273,9 +352,10 @@ class RolloutRun {
         ids.push(e.root.rootEngineId);
         inputs.push(e.root.rootInput as Int32Array);
       } else {
-        e.path.inFlight = true;
-        ids.push(e.path.engineId);
-        inputs.push(e.path.input as Int32Array);
+        const x = 'path' in e ? e.path : e.refill;
+        x.inFlight = true;
+        ids.push(x.engineId);
+        inputs.push(x.input as Int32Array);
       }
       tokens += (inputs[inputs.length - 1] as Int32Array).length;
     }
@@ -292,7 +372,9 @@ class RolloutRun {
     this.m.maxBatchPaths = Math.max(this.m.maxBatchPaths, batch.length);
     // Accounted before the samples change any path's state (the batch's paths are still inFlight).
     accountSlots(this.prompts, ms, this.m.slotMs);
-    if (this.trace) this.trace.engineCalls.push({ atMs: t - this.t0, ms, rows: batch.length, tokens, prefills: batch.filter((e) => 'root' in e).length });
+    if (this.trace) {
+      this.trace.engineCalls.push({ atMs: t - this.t0, ms, rows: batch.length, tokens, prefills: batch.filter((e) => 'root' in e).length, speculative: batch.filter((e) => 'refill' in e).length });
+    }
     if (!out || out.tokens?.length !== batch.length) {
       throw new ArpoError('NATIVE_OP_FAILED', `rollout: engine.extend returned ${out?.tokens?.length} tokens for ${batch.length} paths`);
     }
@@ -308,11 +390,12 @@ class RolloutRun {
         this.spawnGlobal(e.root, this.s.initialSamples, 'global');
         return;
       }
-      const path = e.path;
-      path.inFlight = false;
-      path.input = null;
+      const x = 'path' in e ? e.path : e.refill;
+      x.inFlight = false;
+      x.input = null;
       const estimate = topK > 0 ? topKEntropy(out.topLogprobs as Float32Array, i * topK, topK, this.engine.vocabSize) : (out.normEntropies[i] as number);
-      this.onSample(path, out.tokens[i] as number, out.logprobs[i] as number, out.entropies[i] as number, out.normEntropies[i] as number, estimate);
+      if ('path' in e) this.onSample(e.path, out.tokens[i] as number, out.logprobs[i] as number, out.entropies[i] as number, out.normEntropies[i] as number, estimate);
+      else this.onSpeculativeSample(e.refill, out.tokens[i] as number, out.logprobs[i] as number, out.entropies[i] as number, out.normEntropies[i] as number, estimate);
     });
   }
 
@@ -329,17 +412,32 @@ class RolloutRun {
     path.initialWindow?.add(estimate);
     if (path.post && path.post.window.add(estimate)) this.formRequest(path);
 
-    if (this.eos.has(token)) return this.finish(path, 'eos');
-    const stop = stopCompletedBy(tree.node(path.node).tokens, this.deps.text, this.stops);
-    if (stop === this.answerClose) return this.finish(path, 'answer');
-    if (path.responseTokens >= this.s.maxResponseTokens) return this.finish(path, 'length');
+    const end = this.segmentEnd(tree.node(path.node).tokens, token, path.responseTokens);
+    if (end === null) path.input = Int32Array.of(token);
+    else if ('finish' in end) this.finish(path, end.finish);
+    else this.callTool(path, token, end.call.tag, end.call.content);
+  }
+
+  /** A speculative refill's sample: kept outside the tree; the refill parks where its first segment ends. */
+  private onSpeculativeSample(r: SpeculativeRefill, token: number, logprob: number, entropy: number, normEntropy: number, estimate: number): void {
+    r.samples.push({ token, logprob, entropy, normEntropy, estimate });
+    r.tokens.push(token);
+    // A fresh sample's response so far is its segment.
+    r.parked = this.segmentEnd(r.tokens, token, r.tokens.length) !== null;
+    r.input = r.parked ? null : Int32Array.of(token);
+  }
+
+  private segmentEnd(segment: readonly number[], token: number, responseTokens: number): SegmentEnd {
+    if (this.eos.has(token)) return { finish: 'eos' };
+    const stop = stopCompletedBy(segment, this.deps.text, this.stops);
+    if (stop === this.answerClose) return { finish: 'answer' };
+    if (responseTokens >= this.s.maxResponseTokens) return { finish: 'length' };
     if (stop !== undefined) {
-      const segment = this.deps.text.decode(tree.node(path.node).tokens);
-      const call = parseToolCall(segment, this.protocol, { from: 0 });
-      if (call.kind === 'call') return this.callTool(path, token, call.tag, call.content);
+      const call = parseToolCall(this.deps.text.decode(segment), this.protocol, { from: 0 });
+      if (call.kind === 'call') return { call: { tag: call.tag, content: call.content } };
       // A closing tag without its call (stray, or inside <think> with callsInThink 'ignore'): keep generating.
     }
-    path.input = Int32Array.of(token);
+    return null;
   }
 
   /** Ends the path's current segment: closes its initial window, forms the pending branch request. */
@@ -504,10 +602,15 @@ class RolloutRun {
       r.path.holds--;
       this.release(r.path);
     }
+    this.dropSpeculative(p, p.remaining);
     if (!p.idle || !p.rootReady) return;
     if (p.remaining > 0) {
       // Every path finished under budget: fresh global samples fill it (never copies of a trajectory).
-      this.spawnGlobal(p, p.remaining, 'refill');
+      if (p.speculative.length > 0) {
+        this.keepSpeculative(p);
+        // Kept refills may have ended in their replay (an answer, EOS, or a call over the limit).
+        this.settle(p);
+      } else this.spawnGlobal(p, p.remaining, 'refill');
       return;
     }
     if (p.rootEngineId >= 0) {

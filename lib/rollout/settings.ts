@@ -43,6 +43,18 @@ export interface RolloutSettings {
   readonly maxBatchTokens: number;
   /** Record every engine call and tool call with its time in the result's `trace` (lib/rollout/trace.ts). */
   readonly trace: boolean;
+  /**
+   * Start the prompt's possible refills (M - N fresh global samples) together
+   * with its first N paths, each up to the end of its first segment (its first
+   * tool call is not run), instead of only once every path has finished. When
+   * the prompt ends under budget, the first `remaining` of them become its
+   * refills, exactly the paths the unspeculative rollout would start then (a
+   * refill's stream is keyed by its refill index, not by when it starts); the
+   * others are dropped. Trees, decisions and executed tool calls are the same
+   * either way; speculation trades engine rows that are cheap in a wide batch
+   * for a shorter second wave.
+   */
+  readonly speculativeRefills: boolean;
 }
 
 export const DEFAULT_ROLLOUT_SETTINGS: RolloutSettings = Object.freeze({
@@ -65,7 +77,11 @@ export const DEFAULT_ROLLOUT_SETTINGS: RolloutSettings = Object.freeze({
   maxBatchPaths: 256,
   maxBatchTokens: 16384,
   trace: false,
+  speculativeRefills: true,
 } as const);
+
+/** Most paths per prompt (path orders and refill indices must stay below 2^31). */
+export const MAX_BUDGET = 2 ** 31 - 1;
 
 const KEYS = Object.keys(DEFAULT_ROLLOUT_SETTINGS) as (keyof RolloutSettings)[];
 
@@ -76,6 +92,11 @@ function int(name: string, v: unknown, min: number): number {
 
 function real(name: string, v: unknown, lo: number, hi: number, what = `a number in [${lo}, ${hi}]`): number {
   if (typeof v !== 'number' || !Number.isFinite(v) || v < lo || v > hi) throw invalidArgument(what, name, v);
+  return v;
+}
+
+function bool(name: string, v: unknown): boolean {
+  if (typeof v !== 'boolean') throw invalidArgument('true or false', name, v);
   return v;
 }
 
@@ -96,6 +117,8 @@ export function resolveRolloutSettings(overrides: Partial<RolloutSettings> = {})
   const s = { ...DEFAULT_ROLLOUT_SETTINGS, ...overrides };
   const mode = oneOf('mode', s.mode, ['arpo', 'trajectory'] as const);
   const budget = int('budget', s.budget, 1);
+  // Refill streams are keyed 2^31 + refill index (lib/rollout/branching.ts).
+  if (budget > MAX_BUDGET) throw invalidArgument(`an integer in [1, ${MAX_BUDGET}]`, 'budget', budget);
   const initialSamples = int('initialSamples', s.initialSamples, 1);
   if (mode === 'arpo' && initialSamples > budget) {
     throw invalidArgument(`an integer in [1, budget = ${budget}]`, 'initialSamples', initialSamples);
@@ -123,9 +146,7 @@ export function resolveRolloutSettings(overrides: Partial<RolloutSettings> = {})
     entropyTopK: int('entropyTopK', s.entropyTopK, 1),
     maxBatchPaths: int('maxBatchPaths', s.maxBatchPaths, 1),
     maxBatchTokens: int('maxBatchTokens', s.maxBatchTokens, 1),
-    trace: (() => {
-      if (typeof s.trace !== 'boolean') throw invalidArgument('true or false', 'trace', s.trace);
-      return s.trace;
-    })(),
+    trace: bool('trace', s.trace),
+    speculativeRefills: bool('speculativeRefills', s.speculativeRefills),
   });
 }

@@ -3,7 +3,8 @@
 // call and each wait for tools — decoding in the call, ready but left out of
 // it (batch limits), waiting for a tool result, a branch request waiting for
 // its grant (held back until no earlier decision can still appear), or not
-// yet started (a future branch or refill). Optionally (rollout setting
+// yet started (a future branch or refill; `speculative` while a speculative
+// refill decodes for it). Optionally (rollout setting
 // `trace`): every engine call and tool call with its time.
 import type { PromptState } from './prompt-state';
 
@@ -17,12 +18,14 @@ export interface SlotTime {
   tool: number;
   /** A fired branch request waiting for its grant. */
   grant: number;
+  /** Budget not yet used by any path, while a speculative refill that may fill it decodes or waits. */
+  speculative: number;
   /** Budget not yet used by any path: a later branch or a refill. */
   unused: number;
 }
 
 export function emptySlotTime(): SlotTime {
-  return { decode: 0, ready: 0, tool: 0, grant: 0, unused: 0 };
+  return { decode: 0, ready: 0, tool: 0, grant: 0, speculative: 0, unused: 0 };
 }
 
 export interface EngineCallTrace {
@@ -33,6 +36,8 @@ export interface EngineCallTrace {
   rows: number;
   tokens: number;
   prefills: number;
+  /** Rows of speculative refills (not budget slots until kept). */
+  speculative: number;
 }
 
 export interface ToolCallTrace {
@@ -67,6 +72,8 @@ export function accountSlots(prompts: readonly PromptState[], ms: number, into: 
     for (let i = 0; i < p.requests.length; i++) requested += Math.min(p.settings.branchesPerDecision, p.remaining);
     const grant = Math.min(requested, p.remaining);
     into.grant += grant * ms;
-    into.unused += (p.remaining - grant) * ms;
+    const speculative = Math.min(p.speculative.length, p.remaining - grant);
+    into.speculative += speculative * ms;
+    into.unused += (p.remaining - grant - speculative) * ms;
   }
 }

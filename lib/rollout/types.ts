@@ -141,4 +141,10 @@ export interface RolloutMetrics {
   slotMs: SlotTime;
   /** Wall time with no engine call running because every ready path waited for a tool, ms. */
   toolWaitMs: number;
+  /**
+   * Speculative refills (setting speculativeRefills): started with the first
+   * paths, kept as refills, and the tokens of the dropped ones (computed, then
+   * thrown away; included in tokensComputed).
+   */
+  speculation: { started: number; kept: number; tokensDropped: number };
 }

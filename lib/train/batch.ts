@@ -201,7 +201,8 @@ export function stepMetrics(m: RolloutMetrics, items: readonly ItemSummary[]): S
     'tools/calls_per_traj': mean(items.map((i) => i.toolTags.length)),
     'rollout/trajectories': m.trajectories,
     'rollout/tokens_generated': m.tokensGenerated,
-    'rollout/tokens_computed': m.tokensComputed,
+    // The tree's own compute (prefills, fed samples, tool results); dropped speculative refills are time/speculative_tokens_dropped.
+    'rollout/tokens_computed': m.tokensComputed - m.speculation.tokensDropped,
     'rollout/unique_token_ratio': m.leafTokensTotal > 0 ? m.leafTokensUnique / m.leafTokensTotal : 1,
     'rollout/branch_events': m.branchEvents,
     'rollout/decisions': m.decisions,
@@ -213,8 +214,10 @@ export function stepMetrics(m: RolloutMetrics, items: readonly ItemSummary[]): S
     'time/rows_per_call': m.engineCalls > 0 ? m.engineRows / m.engineCalls : 0,
     'time/model_ms_per_token': m.tokensComputed > 0 ? m.modelMs / m.tokensComputed : 0,
     'time/tool_wait_s': m.toolWaitMs / 1000,
+    // How far the dropped speculative refills got follows timing (time/*), like the slot shares.
+    'time/speculative_tokens_dropped': m.speculation.tokensDropped,
   };
-  const slots = m.slotMs.decode + m.slotMs.ready + m.slotMs.tool + m.slotMs.grant + m.slotMs.unused;
+  const slots = Object.values(m.slotMs).reduce((a, b) => a + b, 0);
   if (slots > 0) for (const [k, v] of Object.entries(m.slotMs)) out[`time/slots_${k}`] = v / slots;
   let executed = 0;
   for (const [tag, c] of Object.entries(m.toolCalls)) {

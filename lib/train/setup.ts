@@ -67,6 +67,7 @@ export function rolloutSettings(cfg: RunConfig, overrides: Partial<RolloutSettin
     entropyEstimate: r.entropyEstimate,
     entropyTopK: r.entropyTopK,
     maxBatchPaths: r.maxBatchPaths,
+    speculativeRefills: r.speculativeRefills,
     trace: r.trace,
     ...overrides,
   };

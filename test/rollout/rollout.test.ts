@@ -110,8 +110,8 @@ describe('ARPO rollout on the fake agent', () => {
     expect(checked).toBeGreaterThan(5);
   });
 
-  test('forks share the KV cache: tokens computed follow the tree formula, far below recomputing every leaf', async () => {
-    const { result, engine } = await run({ budget: 10, initialSamples: 3, branchProbability: 0.7 }, { prompts: [0, 1, 2, 3].map(fakePrompt) });
+  test.each([false, true])('forks share the KV cache: tokens computed follow the tree formula, far below recomputing every leaf (speculative refills: %s)', async (speculativeRefills) => {
+    const { result, engine } = await run({ budget: 10, initialSamples: 3, branchProbability: 0.7, speculativeRefills }, { prompts: [0, 1, 2, 3].map(fakePrompt) });
     let expected = 0;
     let replayEverything = 0;
     for (const tree of result.trees) {
@@ -124,6 +124,11 @@ describe('ARPO rollout on the fake agent', () => {
       expected += unique - 1 + fresh + branches - unfedLast;
       for (const t of tree.trajectories()) replayEverything += t.tokens.length;
     }
+    // Dropped speculative refills: one token fed per sample they drew (the prompt's last, then each sample but the last).
+    const dropped = result.metrics.speculation.tokensDropped;
+    if (speculativeRefills) expect(result.metrics.speculation.started).toBe(4 * 7);
+    else expect(result.metrics.speculation).toEqual({ started: 0, kept: 0, tokensDropped: 0 });
+    expected += dropped;
     expect(engine.computedTokens).toBe(expected);
     expect(result.metrics.tokensComputed).toBe(expected);
     expect(result.metrics.paths.branch).toBeGreaterThan(5);
@@ -255,7 +260,7 @@ describe('ARPO rollout on the fake agent', () => {
   });
 
   test('paths that finish early are replaced by fresh global samples after all finished, never by copies', async () => {
-    const { result, engine } = await run({ budget: 7, initialSamples: 3, branchProbability: 0, entropyWeight: 0 }, { prompts: [fakePrompt(1), fakePrompt(2)] });
+    const { result, engine } = await run({ budget: 7, initialSamples: 3, branchProbability: 0, entropyWeight: 0, speculativeRefills: false }, { prompts: [fakePrompt(1), fakePrompt(2)] });
     expect(result.metrics.paths).toEqual({ global: 6, branch: 0, refill: 8 });
     for (const tree of result.trees) {
       expect(tree.node(0).children.length).toBe(7);
@@ -270,6 +275,59 @@ describe('ARPO rollout on the fake agent', () => {
       const firstRefill = engine.calls.findIndex((c) => c.streams.some((s) => refillStreams.has(s)));
       expect(firstRefill).toBeGreaterThan(lastGlobal);
     }
+  });
+
+  test('speculative refills: the same trees, decisions and tool calls as refills started once every path finished; their tools run only after', async () => {
+    const rand = lcg(77);
+    let kept = 0;
+    let dropped = 0;
+    let resultsAfter = 0;
+    for (let c = 0; c < 12; c++) {
+      const budget = 2 + Math.floor(rand() * 8);
+      const settings: Partial<RolloutSettings> = {
+        budget,
+        initialSamples: 1 + Math.floor(rand() * (budget - 1)),
+        branchProbability: rand() * 0.8,
+        entropyWeight: rand() - 0.5,
+        toolCallLimit: Math.floor(rand() * 4),
+        maxBatchPaths: rand() < 0.3 ? 3 : 256,
+      };
+      const prompts = [0, 1, 2].map((i) => fakePrompt(i + 5 * c));
+      const r1 = lcg(c + 1);
+      const r2 = lcg(c + 100);
+      const plain = await run({ ...settings, speculativeRefills: false }, { prompts, seed: c, latency: () => Math.floor(r1() * 10) });
+      const spec = await run({ ...settings, speculativeRefills: true }, { prompts, seed: c, latency: () => Math.floor(r2() * 10) });
+      const ctx = JSON.stringify({ c, settings });
+      expect({ ctx, trees: spec.result.trees.map((t) => JSON.stringify(t.toJSON())) }).toEqual({ ctx, trees: plain.result.trees.map((t) => JSON.stringify(t.toJSON())) });
+      expect(spec.result.decisions).toEqual(plain.result.decisions);
+      expect(spec.result.metrics.paths).toEqual(plain.result.metrics.paths);
+      expect(spec.result.metrics.toolCalls).toEqual(plain.result.metrics.toolCalls);
+      expect(spec.tools.calls.map((x) => x.content).sort()).toEqual(plain.tools.calls.map((x) => x.content).sort());
+      expect(spec.engine.livePaths).toBe(0);
+      const sp = spec.result.metrics.speculation;
+      expect(sp.kept).toBe(plain.result.metrics.paths.refill);
+      expect(sp.started).toBe(3 * (budget - (settings.initialSamples as number)));
+      kept += sp.kept;
+      dropped += sp.started - sp.kept;
+      // A refill's first tool result is fed (its call ran) only after every other path of its prompt has had its last engine call.
+      const calls = spec.engine.calls;
+      for (const tree of spec.result.trees) {
+        const refillStreams = new Set(tree.leaves.filter((l) => l.origin === 'refill').map((l) => l.stream));
+        const otherStreams = new Set(tree.leaves.filter((l) => l.origin !== 'refill').map((l) => l.stream));
+        const lastOther = Math.max(...calls.map((x, i) => (x.streams.some((st) => otherStreams.has(st)) ? i : -1)));
+        for (const st of refillStreams) {
+          const firstResult = calls.findIndex((x) => x.streams.some((s2, k) => s2 === st && (x.lengths[k] as number) > 1));
+          if (firstResult >= 0) {
+            expect(firstResult).toBeGreaterThan(lastOther);
+            resultsAfter++;
+          }
+        }
+      }
+    }
+    // Both ways occur: refills kept and speculative work thrown away.
+    expect(kept).toBeGreaterThan(5);
+    expect(dropped).toBeGreaterThan(5);
+    expect(resultsAfter).toBeGreaterThan(3);
   });
 
   test('over the tool-call limit a path ends at its call: not run, no forced token', async () => {
@@ -460,7 +518,9 @@ describe('where the time goes (slot accounting and the trace)', () => {
     // Engine calls are in time order and do not overlap.
     for (let i = 1; i < t.engineCalls.length; i++) expect(t.engineCalls[i]!.atMs).toBeGreaterThanOrEqual(t.engineCalls[i - 1]!.atMs + t.engineCalls[i - 1]!.ms - 1e-6);
     // Rows in the calls are decode slots: the decode slot-time is exactly the rows weighted by each call's time (prefills aside).
-    expect(m.slotMs.decode).toBeCloseTo(sum(t.engineCalls.map((c) => (c.rows - c.prefills) * c.ms)), 6);
+    expect(m.slotMs.decode).toBeCloseTo(sum(t.engineCalls.map((c) => (c.rows - c.prefills - c.speculative) * c.ms)), 6);
+    if (mode === 'arpo') expect(sum(t.engineCalls.map((c) => c.speculative))).toBeGreaterThan(0);
+    else expect(m.slotMs.speculative).toBe(0);
     // A tool call of 25 ms holds its path's slot that long: the scheduler accounts it in engine calls and waits,
     // missing only its own JS time between them.
     expect(m.slotMs.tool).toBeLessThanOrEqual(m.toolMs + 1e-6);
@@ -472,7 +532,7 @@ describe('where the time goes (slot accounting and the trace)', () => {
       expect(m.slotMs.unused).toBeLessThanOrEqual(3 * 6 * sum(t.engineCalls.filter((c) => c.prefills > 0).map((c) => c.ms)) + 1e-6); // 3 prompts x 6 slots
     } else {
       // 2 of 6 paths start; the other 4 slots wait for branches (or a refill) for much of the rollout.
-      expect(m.slotMs.grant + m.slotMs.unused).toBeGreaterThan(0);
+      expect(m.slotMs.grant + m.slotMs.speculative + m.slotMs.unused).toBeGreaterThan(0);
     }
   });
 

@@ -108,8 +108,8 @@ describe('trainer', () => {
     for (const t of trace) {
       const m = logged.find((r) => r.step === t.step)!.metrics;
       expect(t.engineCalls.length).toBe(m['time/engine_calls']);
-      expect(t.engineCalls.reduce((x, c) => x + c.tokens, 0)).toBe(m['rollout/tokens_computed']);
-      expect(Object.keys(t.slotMs).sort()).toEqual(['decode', 'grant', 'ready', 'tool', 'unused']);
+      expect(t.engineCalls.reduce((x, c) => x + c.tokens, 0)).toBe(m['rollout/tokens_computed']! + m['time/speculative_tokens_dropped']!);
+      expect(Object.keys(t.slotMs).sort()).toEqual(['decode', 'grant', 'ready', 'speculative', 'tool', 'unused']);
     }
     // A different configuration refuses to resume.
     const other = validateConfig({ ...JSON.parse(JSON.stringify(make(b))), optim: { ...make(b).optim, lr: 5e-4 } });
