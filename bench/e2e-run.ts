@@ -22,7 +22,7 @@ export interface E2ERunSpec {
   mode: 'arpo' | 'trajectory';
   steps: number;
   quick: boolean;
-  /** rollout.speculativeRefills (default: the config's default, on). */
+  /** rollout.speculativeRefills (default: the config's default, off). */
   speculativeRefills?: boolean;
 }
 
@@ -106,7 +106,7 @@ export async function runE2E(spec: E2ERunSpec): Promise<E2ERunResult> {
     train: { validateEvery: 0, checkpointEvery: 0 },
   });
   const t0 = Date.now();
-  const label = `${spec.mode === 'arpo' ? (spec.speculativeRefills === false ? 'arpo, refills after idle' : 'arpo') : 'grpo'} seed ${spec.seed}`;
+  const label = `${spec.mode === 'arpo' ? (spec.speculativeRefills === true ? 'arpo, speculative refills' : 'arpo') : 'grpo'} seed ${spec.seed}`;
   await train(cfg, { report: false, progress: { write: (s: string) => process.stderr.write(`  [${label}] ${s.trimStart()}`) } });
   const records = readMetrics(path.join(spec.runDir, 'metrics.jsonl'));
   // Held-out evaluation of the final checkpoint: greedy, n = 1, the config's validation split and limit.

@@ -15,13 +15,13 @@ export interface E2EOptions {
   workDir: string;
   seeds: number[];
   steps: number;
-  /** Also run ARPO with rollout.speculativeRefills off (refills start once every path finished), for what speculation buys. */
+  /** Also run ARPO with rollout.speculativeRefills on (refills decoded from the start), for what speculation buys. */
   refillsAblation?: boolean;
   log: (line: string) => void;
 }
 
-/** `arpo-idle`: ARPO with speculativeRefills off (the ablation). */
-export type RunVariant = 'arpo' | 'arpo-idle' | 'trajectory';
+/** `arpo-spec`: ARPO with rollout.speculativeRefills on (the ablation; off by default). */
+export type RunVariant = 'arpo' | 'arpo-spec' | 'trajectory';
 
 /** The numbers one run contributes (per-step means over its training steps). */
 export interface RunSummary {
@@ -75,8 +75,8 @@ export interface E2EResult {
   runs: RunSummary[];
   raw: E2ERunResult[];
   metrics: Record<MetricKey, { arpo: Spread; trajectory: Spread; ratio: Spread }>;
-  /** With refillsAblation: ARPO with refills after idle, and speculative / after-idle per seed. */
-  ablation?: Record<MetricKey, { arpoIdle: Spread; ratio: Spread }>;
+  /** With refillsAblation: ARPO with speculative refills, and speculative / default per seed. */
+  ablation?: Record<MetricKey, { arpoSpec: Spread; ratio: Spread }>;
   targets: Target[];
 }
 
@@ -122,7 +122,7 @@ export function summariseRun(r: E2ERunResult): RunSummary {
     // Total tool calls over the number of exactly correct answers (NaN when none is correct).
     validToolCallsPerCorrect: correct > 0 ? (final['tools/calls_per_traj'] ?? NaN) / correct : NaN,
   };
-  const variant: RunVariant = r.spec.mode === 'trajectory' ? 'trajectory' : r.spec.speculativeRefills === false ? 'arpo-idle' : 'arpo';
+  const variant: RunVariant = r.spec.mode === 'trajectory' ? 'trajectory' : r.spec.speculativeRefills === true ? 'arpo-spec' : 'arpo';
   return { mode: r.spec.mode, variant, seed: r.spec.seed, values };
 }
 
@@ -161,15 +161,15 @@ export async function runE2EBench(o: E2EOptions): Promise<E2EResult> {
   const raw: E2ERunResult[] = [];
   for (const [i, seed] of o.seeds.entries()) {
     // Alternate which variant goes first, so slow drifts of the shared machine hit all alike.
-    const variants: RunVariant[] = o.refillsAblation ? ['arpo', 'trajectory', 'arpo-idle'] : ['arpo', 'trajectory'];
+    const variants: RunVariant[] = o.refillsAblation ? ['arpo', 'trajectory', 'arpo-spec'] : ['arpo', 'trajectory'];
     if (i % 2 === 1) variants.reverse();
     for (const variant of variants) {
       const mode = variant === 'trajectory' ? 'trajectory' : 'arpo';
-      const what = variant === 'arpo' ? 'ARPO' : variant === 'arpo-idle' ? 'ARPO (refills after idle)' : 'GRPO (trajectory-level)';
+      const what = variant === 'arpo' ? 'ARPO' : variant === 'arpo-spec' ? 'ARPO (speculative refills)' : 'GRPO (trajectory-level)';
       o.log(`[bench] e2e: ${what} seed ${seed}, ${o.steps} steps`);
       const runDir = path.join(o.workDir, `${variant}-seed${seed}`);
       const spec: E2ERunSpec = { envDir: checkpoint.envDir, modelDir: checkpoint.modelDir, runDir, seed, mode, steps: o.steps, quick: o.quick };
-      if (variant === 'arpo-idle') spec.speculativeRefills = false;
+      if (variant === 'arpo-spec') spec.speculativeRefills = true;
       raw.push(await runOne(o, spec));
     }
   }
@@ -185,7 +185,7 @@ export async function runE2EBench(o: E2EOptions): Promise<E2EResult> {
     const value = (s: number, variant: RunVariant): number => runs.find((r) => r.seed === s && r.variant === variant)?.values[key] ?? NaN;
     const ratios = o.seeds.map((s) => value(s, 'arpo') / value(s, 'trajectory'));
     metrics[key] = { arpo: spread(of('arpo')), trajectory: spread(of('trajectory')), ratio: spread(ratios) };
-    if (ablation) ablation[key] = { arpoIdle: spread(of('arpo-idle')), ratio: spread(o.seeds.map((s) => value(s, 'arpo') / value(s, 'arpo-idle'))) };
+    if (ablation) ablation[key] = { arpoSpec: spread(of('arpo-spec')), ratio: spread(o.seeds.map((s) => value(s, 'arpo-spec') / value(s, 'arpo'))) };
   }
   const tc = metrics.toolCallsExecutedPerPrompt;
   const everySeed = o.seeds.every((s) => {
@@ -255,16 +255,16 @@ export function e2eTables(r: E2EResult): string {
     const m = r.metrics[k];
     const d = digits[k] ?? 3;
     const row = [METRICS[k], withSpread(m.arpo, d), withSpread(m.trajectory, d), withSpread(m.ratio, 2)];
-    if (ab) row.push(withSpread(ab[k].arpoIdle, d), withSpread(ab[k].ratio, 2));
+    if (ab) row.push(withSpread(ab[k].arpoSpec, d), withSpread(ab[k].ratio, 2));
     return row;
   });
   if (ab) {
     lines.push(
-      'Ablation (`--refills-ablation`): ARPO also run with `rollout.speculativeRefills: false`, i.e. a prompt\'s refills start only once every one of its paths has finished (the same trees and tool calls; only when their tokens are computed differs). Last column: ARPO / that run, per seed.',
+      'Ablation (`--refills-ablation`): ARPO also run with `rollout.speculativeRefills: true`, i.e. a prompt\'s M - N possible refills decode from the start up to their first tool call and the ones it needs are kept (the same trees and tool calls; only when their tokens are computed differs). Last column: that run / ARPO, per seed.',
     );
   }
   const header = ['metric', 'ARPO', 'GRPO (trajectory-level)', 'ARPO / GRPO'];
-  if (ab) header.push('ARPO, refills after idle', 'ARPO / after idle');
+  if (ab) header.push('ARPO, speculative refills', 'speculative / ARPO');
   lines.push(table(header, rows));
   return lines.join('\n\n');
 }

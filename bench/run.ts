@@ -84,7 +84,7 @@ async function main(): Promise<void> {
     .option('--only <part>', 'kernels, tools, llama, e2e, packing, determinism, soak or scale (default: all but soak and scale)')
     .option('--seeds <list>', 'e2e seeds, comma-separated (default: 1,2 quick, 1,2,3 full)', seedList)
     .option('--steps <n>', 'e2e training steps per run (default: 2 quick, 8 full); soak steps (default 300, 60 quick)', positiveInt('--steps'))
-    .option('--refills-ablation', 'e2e: also run ARPO with rollout.speculativeRefills off (a third run per seed)', false)
+    .option('--refills-ablation', 'e2e: also run ARPO with rollout.speculativeRefills on (a third run per seed)', false)
     .option('--out <dir>', 'results folder', path.join(root, 'bench', 'results'))
     .allowExcessArguments(false);
   program.parse(process.argv);

@@ -52,7 +52,7 @@ export const OPTIONS = {
   'rollout.entropyTopK': opt(int(1), 10, 'k of the top-k entropy approximation (reference: 10)'),
   'rollout.toolCallLimit': opt(int(0), 5, 'Per-trajectory tool-call limit (over it the path ends)'),
   'rollout.maxBatchPaths': opt(int(1), 256, 'Most paths decoded in one engine call (continuous batching width)'),
-  'rollout.speculativeRefills': opt(z.boolean(), true, 'Decode the refills a prompt may need (M - N fresh samples) from the start, each up to its first tool call (not run), and keep the ones the prompt ends up needing: the same trees and tool calls as starting them once every path has finished, without the second wave'),
+  'rollout.speculativeRefills': opt(z.boolean(), false, 'Decode the refills a prompt may need (M - N fresh samples) from the start, each up to its first tool call (not run), and keep the ones the prompt ends up needing: the same trees and tool calls as starting them once every path has finished, without the second wave (fewer, wider engine calls; pays where a call costs per call, e.g. a GPU)'),
   'rollout.trace': opt(z.boolean(), false, 'Write every engine call and tool call of each training step with its time to <train.outDir>/rollout-trace.jsonl'),
   'rollout.maxResponseTokens': opt(int(1), 4096, 'Maximum generated + tool tokens per trajectory'),
   'rollout.temperature': opt(z.number().min(0).finite(), 1.0, 'Sampling temperature'),

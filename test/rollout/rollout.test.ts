@@ -504,7 +504,7 @@ describe('where the time goes (slot accounting and the trace)', () => {
   const sum = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0);
 
   test.each(['arpo', 'trajectory'] as const)('%s: the trace adds up to the metrics; every tool wait is a tool slot', async (mode) => {
-    const { result } = await run({ mode, budget: 6, initialSamples: 2, branchProbability: 1, toolCallLimit: 3, trace: true }, { latency: () => 25 });
+    const { result } = await run({ mode, budget: 6, initialSamples: 2, branchProbability: 1, toolCallLimit: 3, trace: true, speculativeRefills: true }, { latency: () => 25 });
     const m = result.metrics;
     const t = result.trace!;
     expect(t.engineCalls).toHaveLength(m.engineCalls);
