@@ -94,15 +94,17 @@ export interface DemoPlan {
 /**
  * Seconds per unit of demo work, as multiples of one pretraining step,
  * measured on this project's reference machine (2 AMD EPYC vCPUs, idle,
- * 2026-12-06, `npm run demo`: 2 data-parallel ranks, the malloc settings of
- * package.json's demo script): a pretraining step 0.0995 s (2,000 in 199 s),
- * an SFT step 0.432 s (600 in 259 s), an RL step of the demo configuration
- * 11.1 s with ARPO (40 in 444 s, validations aside) and, at the ratio the
- * e2e bench measured between them, 12.2 s with GRPO; a greedily evaluated
- * question 0.105 s (640 test and validation questions in ~67 s). The demo
- * times its first pretraining steps and scales these.
+ * host kernel 6.18.44-fc-v1300, 2026-12-06, `npm run demo`: 2 data-parallel
+ * ranks, the malloc settings of package.json's demo script; 661 s in all):
+ * the first pretraining steps 0.103 s each (all 2,000 in 191 s), an SFT step
+ * 0.44 s (603 in 266 s), an RL step of the demo configuration 4.3 s with
+ * ARPO (40 in ~173 s, validations aside) and, at the ratio the e2e bench
+ * measured between them (rollout 1.10x, train phase 1.22x), ~5.0 s with
+ * GRPO; a greedily evaluated question ~0.04 s (640 test and validation
+ * questions in ~26 s). The demo times its first pretraining steps and
+ * scales these.
  */
-export const DEMO_COST = { sftStep: 4.34, rlStep: { arpo: 112, trajectory: 123 }, evalQuestion: 1.06 } as const;
+export const DEMO_COST = { sftStep: 4.3, rlStep: { arpo: 42, trajectory: 49 }, evalQuestion: 0.4 } as const;
 
 /** Seconds per stage from the plan and this machine's measured seconds per pretraining step. */
 export function estimateDemo(plan: DemoPlan, pretrainStep: number): Record<string, number> {

@@ -291,17 +291,27 @@ void rope_rows(float* x, const float* cos, const float* sin, int64_t heads, int6
 void rope_rows(double* x, const double* cos, const double* sin, int64_t heads, int64_t dim, int64_t begin,
                int64_t end);
 
-// paged_decode_attention: one query token per path over its cached context,
-// read in place from the KV pool (no gather): for path b (query row
-// rows[b] of q (N, H, D)), head h, kv head h / (H / KVH):
-//   s_j = scale * <q[rows[b], h], kpool[slots[b][j], kvh]>,  j < lengths[b]
-//   out[rows[b], h] = sum_j softmax(s)_j vpool[slots[b][j], kvh]
-// slots is (B, max_ctx) row-major; kpool/vpool (pool slots, KVH, D); out
-// (N, H * D). Work items are (b, kv head) pairs: [begin, end) within B * KVH.
+// paged_decode_attention: query rows over their cached context, read in
+// place from the KV pool (no gather). Group b is counts[b] consecutive query
+// rows rows[b] + t of q (N, H, D) (t < counts[b]; one row without counts)
+// that read one slot list list_b over growing prefixes, lengths[b] + t keys
+// for row t (a multi-token path's causal attention; a decode row is a group
+// of one). For row r = rows[b] + t, head h, kv head kvh = h / (H / KVH):
+//   s_j = scale * <q[r, h], kpool[list_b[j], kvh]>,  j < lengths[b] + t
+//   out[r, h] = sum_j softmax(s)_j vpool[list_b[j], kvh]
+// list_b = slots + b * max_ctx (slots (B, max_ctx) row-major), or, with
+// offsets, slots + offsets[b] (a flat list of slot_count entries).
+// kpool/vpool (pool slots, KVH, D); out (N, H * D). Work items are
+// (b, kv head) pairs: [begin, end) within B * KVH. A row's sums run in one
+// order that depends on its own length and D alone (interleaved partial sums
+// added in a fixed tree), never on its group or the other rows.
 struct DecodeAttention {
-  const int64_t* rows = nullptr;     // (B)
-  const int64_t* slots = nullptr;    // (B, max_ctx)
-  const int64_t* lengths = nullptr;  // (B), each in [1, max_ctx]
+  const int64_t* rows = nullptr;     // (B): first query row of each group
+  const int64_t* slots = nullptr;    // (B, max_ctx), or slot_count entries with offsets
+  const int64_t* lengths = nullptr;  // (B): keys of the group's first row; the last's, lengths + counts - 1, <= max_ctx
+  const int64_t* counts = nullptr;   // (B) or null (one row per group)
+  const int64_t* offsets = nullptr;  // (B) or null: where group b's list starts in slots
+  int64_t slot_count = 0;            // entries in slots (checked with offsets)
   int64_t paths = 0;                 // B
   int64_t max_ctx = 0;
   int64_t heads = 0;     // H

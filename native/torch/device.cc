@@ -267,17 +267,37 @@ void rope_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
 }
 
 void decode_attention(at::Tensor& out, const at::Tensor& q, const at::Tensor& kpool, const at::Tensor& vpool,
-                      const at::Tensor& rows, const at::Tensor& slots, const at::Tensor& lengths, double scale) {
+                      const at::Tensor& rows, const at::Tensor& slots, const at::Tensor& lengths, double scale,
+                      const at::Tensor& offsets, const at::Tensor& counts) {
   if (!fused_inference_supported(q) || q.dim() != 3) throw ModelError("decode_attention: expected q as a contiguous (N, H, D) float or double CPU tensor");
   expect_like(out, q, "decode_attention", "out");
   expect_like(kpool, q, "decode_attention", "the key pool");
   expect_like(vpool, q, "decode_attention", "the value pool");
-  for (const at::Tensor* t : {&rows, &slots, &lengths})
-    if (!t->is_cpu() || t->scalar_type() != at::kLong || !t->is_contiguous())
-      throw ModelError("decode_attention: expected rows, slots and lengths as contiguous int64 CPU tensors");
+  const bool flat = offsets.defined();
+  for (const at::Tensor* t : {&rows, &slots, &lengths, &offsets, &counts})
+    if (t->defined() && (!t->is_cpu() || t->scalar_type() != at::kLong || !t->is_contiguous()))
+      throw ModelError("decode_attention: expected rows, slots, lengths, offsets and counts as contiguous int64 CPU tensors");
   kernels::DecodeAttention a;
   a.paths = rows.numel();
-  a.max_ctx = a.paths > 0 ? slots.numel() / a.paths : 0;
+  if (counts.defined()) {
+    if (!flat || counts.numel() != a.paths)
+      throw ModelError("decode_attention: counts (" + std::to_string(counts.numel()) + ") need offsets and one per group (" +
+                       std::to_string(a.paths) + ")");
+    a.counts = counts.data_ptr<int64_t>();
+    for (int64_t b = 0; b < a.paths; ++b) {
+      if (a.counts[b] < 1) throw ModelError("decode_attention: group " + std::to_string(b) + " has " + std::to_string(a.counts[b]) + " rows");
+    }
+  }
+  if (flat) {
+    if (offsets.numel() != a.paths || lengths.numel() != a.paths)
+      throw ModelError("decode_attention: " + std::to_string(a.paths) + " rows but " + std::to_string(offsets.numel()) +
+                       " offsets and " + std::to_string(lengths.numel()) + " lengths");
+    a.max_ctx = a.paths > 0 ? (counts.defined() ? (lengths + counts).max().item<int64_t>() - 1 : lengths.max().item<int64_t>()) : 0;
+    a.offsets = offsets.data_ptr<int64_t>();
+    a.slot_count = slots.numel();
+  } else {
+    a.max_ctx = a.paths > 0 ? slots.numel() / a.paths : 0;
+  }
   a.heads = q.size(1);
   a.head_dim = q.size(2);
   a.kv_heads = kpool.dim() == 3 ? kpool.size(1) : 0;
@@ -285,21 +305,43 @@ void decode_attention(at::Tensor& out, const at::Tensor& q, const at::Tensor& kp
   a.scale = scale;
   if (a.paths == 0) return;
   if (a.kv_heads <= 0 || a.heads % a.kv_heads != 0 || kpool.size(2) != a.head_dim || !vpool.sizes().equals(kpool.sizes()) ||
-      lengths.numel() != a.paths || slots.numel() != a.paths * a.max_ctx || out.numel() != q.numel())
+      lengths.numel() != a.paths || (!flat && slots.numel() != a.paths * a.max_ctx) || out.numel() != q.numel())
     throw ModelError("decode_attention: inconsistent shapes (q " + shape_string(q.sizes()) + ", pool " + shape_string(kpool.sizes()) +
                      ", slots " + shape_string(slots.sizes()) + ", out " + shape_string(out.sizes()) + ")");
   a.rows = rows.data_ptr<int64_t>();
   a.slots = slots.data_ptr<int64_t>();
   a.lengths = lengths.data_ptr<int64_t>();
   for (int64_t b = 0; b < a.paths; ++b)
-    if (a.rows[b] < 0 || a.rows[b] >= q.size(0)) throw ModelError("decode_attention: row " + std::to_string(a.rows[b]) + " outside q");
-  const int64_t items = a.paths * a.kv_heads, per_item = a.max_ctx * (a.heads / a.kv_heads) * a.head_dim * 2;
+    if (a.rows[b] < 0 || a.rows[b] + (a.counts ? a.counts[b] : 1) > q.size(0))
+      throw ModelError("decode_attention: row " + std::to_string(a.rows[b]) + " outside q");
+  // Work items (group, kv head) cost ~ rows x keys; they are cut into one
+  // contiguous range per thread of about equal cost (an even split by count
+  // would hand one thread every tool-result group of a call). Each row's
+  // numbers do not depend on the cut.
+  const int64_t items = a.paths * a.kv_heads, unit = (a.heads / a.kv_heads) * a.head_dim * 2;
+  std::vector<int64_t> cost(static_cast<size_t>(a.paths));
+  int64_t total = 0;
+  for (int64_t b = 0; b < a.paths; ++b) {
+    const int64_t n = a.counts ? a.counts[b] : 1;
+    cost[b] = n * (a.lengths[b] + (n - 1) / 2) * unit;
+    total += cost[b] * a.kv_heads;
+  }
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>({static_cast<int64_t>(at::get_num_threads()), items, total / 65536}));
+  std::vector<int64_t> cut{0};
+  for (int64_t i = 0, acc = 0; i < items && static_cast<int64_t>(cut.size()) < parts; ++i) {
+    acc += cost[i / a.kv_heads];
+    if (acc * parts >= total * static_cast<int64_t>(cut.size())) cut.push_back(i + 1);
+  }
+  while (static_cast<int64_t>(cut.size()) <= parts) cut.push_back(items);
+  cut.back() = items;
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "decode_attention", [&] {
     scalar_t* op = out.data_ptr<scalar_t>();
     const scalar_t* qp = q.data_ptr<scalar_t>();
     const scalar_t* kp = kpool.data_ptr<scalar_t>();
     const scalar_t* vp = vpool.data_ptr<scalar_t>();
-    at::parallel_for(0, items, grain(per_item), [&](int64_t b, int64_t e) { kernels::paged_decode_attention(op, qp, kp, vp, a, b, e); });
+    at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) kernels::paged_decode_attention(op, qp, kp, vp, a, cut[p], cut[p + 1]);
+    });
   });
 }
 

@@ -64,11 +64,16 @@ bool fused_inference_supported(const at::Tensor& x);
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // x (N, heads, D) contiguous, rotated in place; cos/sin (N, D) of x's dtype.
 void rope_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
-// Paged single-token attention (kernels::paged_decode_attention) into rows of
-// out (N, H * D): q (N, H, D), pools (slots, KVH, D), rows (B), slots
-// (B, max_ctx) and lengths (B) int64, all on the CPU.
+// Paged attention of query rows over cached context
+// (kernels::paged_decode_attention) into rows of out (N, H * D): q (N, H, D),
+// pools (slots, KVH, D), rows (B), slots (B, max_ctx) and lengths (B) int64,
+// all on the CPU. With offsets (B), slots is one flat list and row b reads
+// slots[offsets[b] ..][:lengths[b]]; with counts (B) too, b is a group of
+// counts[b] rows rows[b] + t reading lengths[b] + t keys of that list (the
+// rows of a multi-token path: causal attention).
 void decode_attention(at::Tensor& out, const at::Tensor& q, const at::Tensor& kpool, const at::Tensor& vpool,
-                      const at::Tensor& rows, const at::Tensor& slots, const at::Tensor& lengths, double scale);
+                      const at::Tensor& rows, const at::Tensor& slots, const at::Tensor& lengths, double scale,
+                      const at::Tensor& offsets = at::Tensor(), const at::Tensor& counts = at::Tensor());
 
 }  // namespace dispatch
 }  // namespace model

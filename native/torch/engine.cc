@@ -271,9 +271,12 @@ at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::v
   // positions and cache slots; per path its last row and, for sampling, its
   // stream and position; per decode path its row, context length and
   // context slots (B x max_ctx); per prefill path its context slots.
-  // Single-token (decode) paths attend as one padded batch; multi-token
-  // (prefill) paths one by one, each over its own cached context (every path
-  // so when batch-invariant: a padded softmax sums in another order).
+  // With the CPU's fused kernels every query row attends in one kernel
+  // call (rows of a multi-token path over growing prefixes of its slot
+  // list). Otherwise single-token (decode) paths attend as one padded
+  // batch and multi-token (prefill) paths one by one, each over its own
+  // cached context (every path so when batch-invariant: a padded softmax
+  // sums in another order).
   std::vector<int64_t> row_begin(P), past(P), decode, prefill;
   int64_t max_ctx = 0, prefill_total = 0;
   for (int64_t i = 0, r = 0; i < P; ++i) {
@@ -331,21 +334,54 @@ at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::v
   const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim, G = H / KVH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const at::ScalarType acc = model_.dtype() == at::kDouble ? at::kDouble : at::kFloat;
+  // The fused path's query groups: each decode row over its padded slot
+  // list, each prefill path's rows in groups of up to 16 over prefixes of
+  // its list (causal attention; the kernel reuses each key tile across a
+  // group's rows), all in one kernel call.
+  at::Tensor g_rows, g_lengths, g_offsets, g_counts;
+  const at::Tensor all_slots = dev.slice(0, o_dslots);
+  auto fused_groups = [&] {
+    constexpr int64_t kGroupRows = 16;
+    std::vector<int64_t> gr, gl, go, gc;
+    for (int64_t b = 0; b < B; ++b) {
+      gr.push_back(row_begin[decode[b]]);
+      gl.push_back(past[decode[b]] + 1);
+      go.push_back(b * max_ctx);
+      gc.push_back(1);
+    }
+    for (size_t j = 0; j < prefill.size(); ++j) {
+      const int64_t i = prefill[j], n = static_cast<int64_t>(inputs[i].size());
+      for (int64_t t = 0; t < n; t += kGroupRows) {
+        gr.push_back(row_begin[i] + t);
+        gl.push_back(past[i] + t + 1);
+        go.push_back(prefill_at[j] - o_dslots);
+        gc.push_back(std::min(kGroupRows, n - t));
+      }
+    }
+    auto tensor = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong); };
+    g_rows = tensor(gr);
+    g_lengths = tensor(gl);
+    g_offsets = tensor(go);
+    g_counts = tensor(gc);
+  };
   AttentionFn attention = [&](int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     at::Tensor kpool = cache_.keys(layer), vpool = cache_.values(layer);
     kpool.index_copy_(0, write_slots, k);
     vpool.index_copy_(0, write_slots, v);
     at::Tensor out = at::empty({N, H * D}, q.options());
+    if (model_.fused_inference(q)) {
+      // kpool/vpool are read in place at the paths' slots (no gather).
+      if (!g_rows.defined()) fused_groups();
+      dispatch::decode_attention(out, q, kpool, vpool, g_rows, all_slots, g_lengths, scale, g_offsets, g_counts);
+      return out;
+    }
     for (size_t j = 0; j < prefill.size(); ++j) {
       const int64_t i = prefill[j], a = row_begin[i], n = static_cast<int64_t>(inputs[i].size());
       const at::Tensor& s = prefill_slots[j];
       out.slice(0, a, a + n).copy_(
           causal_attention(q.slice(0, a, a + n), kpool.index_select(0, s), vpool.index_select(0, s), past[i]));
     }
-    if (B > 0 && model_.fused_inference(q)) {
-      // kpool/vpool are read in place at the paths' slots (no gather, no padding).
-      dispatch::decode_attention(out, q, kpool, vpool, decode_rows, decode_slots, decode_lengths, scale);
-    } else if (B > 0) {
+    if (B > 0) {
       // pad[b][j]: context position j lies beyond decode path b's length.
       if (!decode_pad.defined()) decode_pad = at::arange(max_ctx, dev.options()).unsqueeze(0) >= decode_lengths.unsqueeze(1);
       at::Tensor qd = q.index_select(0, decode_rows).view({B, KVH, G, D});

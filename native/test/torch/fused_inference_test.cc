@@ -8,6 +8,7 @@
 // same sampled tokens; a float32 model's within 1e-5. A train
 // step never takes the fast path (autograd on), nor does score_sequences.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <cstdio>
 #include <random>
@@ -93,11 +94,13 @@ at::Tensor plain_decode(const at::Tensor& q, const at::Tensor& kpool, const at::
   return at::matmul(probs, vd.permute({0, 2, 1, 3})).reshape({B, H * D});
 }
 
-void test_decode_attention(at::ScalarType dt) {
+// qscale 30: scores spread over hundreds, so most softmax weights underflow
+// (the float kernel's exp clamps below -87).
+void test_decode_attention(at::ScalarType dt, int64_t D, double qscale) {
   at::manual_seed(9);
-  const int64_t N = 9, H = 8, KVH = 2, D = 16, pool = 200, B = 5, max_ctx = 37;
+  const int64_t N = 9, H = 8, KVH = 2, pool = 200, B = 5, max_ctx = 37;
   const auto o = at::TensorOptions().dtype(dt);
-  at::Tensor q = at::randn({N, H, D}, o), kpool = at::randn({pool, KVH, D}, o) * 2, vpool = at::randn({pool, KVH, D}, o);
+  at::Tensor q = at::randn({N, H, D}, o) * qscale, kpool = at::randn({pool, KVH, D}, o) * 2, vpool = at::randn({pool, KVH, D}, o);
   at::Tensor rows = at::tensor(std::vector<int64_t>{8, 0, 3, 5, 1});
   at::Tensor lengths = at::tensor(std::vector<int64_t>{37, 1, 12, 30, 2});
   at::Tensor slots = at::randint(0, pool, {B, max_ctx}, at::kLong);  // scattered, repeated slots allowed
@@ -115,6 +118,99 @@ void test_decode_attention(at::ScalarType dt) {
   badlen[0] = max_ctx + 1;
   CHECK_THROWS(dispatch::decode_attention(out, q, kpool, vpool, rows, slots, badlen, scale), "outside [1, 37]");
   CHECK_THROWS(dispatch::decode_attention(out, q, kpool.to(at::kBFloat16), vpool, rows, slots, lengths, scale), "key pool");
+
+  // Flat layout: one slot list shared by the rows of a multi-token path
+  // (lengths past + 1 .. past + n: causal attention) next to single rows;
+  // the reference is the padded plain path over each row's own copy.
+  at::Tensor flat = at::randint(0, pool, {60}, at::kLong);
+  const std::vector<int64_t> frows{0, 1, 2, 3, 4, 6, 7}, flens{20, 21, 22, 23, 5, 40, 1}, foffs{10, 10, 10, 10, 0, 20, 59};
+  at::Tensor padded = at::zeros({7, 40}, at::kLong);
+  for (int64_t b = 0; b < 7; ++b) padded[b].slice(0, 0, flens[b]).copy_(flat.slice(0, foffs[b], foffs[b] + flens[b]));
+  at::Tensor frow_t = at::tensor(frows), flen_t = at::tensor(flens), foff_t = at::tensor(foffs);
+  at::Tensor fout = at::full({N, H * D}, 7.0, o);
+  dispatch::decode_attention(fout, q, kpool, vpool, frow_t, flat, flen_t, scale, foff_t);
+  CHECK(tolerance_ratio(fout.index_select(0, frow_t), plain_decode(q, kpool, vpool, frow_t, padded, flen_t, scale), tol(dt), tol(dt)) <= 1.0);
+  CHECK(fout[5].eq(7.0).all().item<bool>() && fout[8].eq(7.0).all().item<bool>());
+  // A row is computed alone: the same row in another company gives the same bits.
+  at::Tensor solo = at::full({N, H * D}, 7.0, o);
+  dispatch::decode_attention(solo, q, kpool, vpool, frow_t.slice(0, 2, 3), flat, flen_t.slice(0, 2, 3), scale, foff_t.slice(0, 2, 3));
+  CHECK(solo[2].equal(fout[2]));
+  at::Tensor badoff = foff_t.clone();
+  badoff[5] = 30;  // 30 + 40 > 60 entries
+  CHECK_THROWS(dispatch::decode_attention(fout, q, kpool, vpool, frow_t, flat, flen_t, scale, badoff), "outside the list of 60");
+  CHECK_THROWS(dispatch::decode_attention(fout, q, kpool, vpool, frow_t, flat, flen_t, scale, foff_t.slice(0, 0, 3)), "7 rows but 3 offsets");
+
+  // Groups: rows 0-3 as one group of 4 (lengths 20..23 of the list at 10),
+  // rows 6-8 as a group of 3 (lengths 38..40 at 20), row 4 alone; the same
+  // numbers as the row-by-row call above, bit for bit (a row's sums do not
+  // depend on its group), and the padded plain path within tolerance.
+  at::Tensor grows = at::tensor(std::vector<int64_t>{0, 4, 6}), glens = at::tensor(std::vector<int64_t>{20, 5, 38});
+  at::Tensor goffs = at::tensor(std::vector<int64_t>{10, 0, 20}), gcounts = at::tensor(std::vector<int64_t>{4, 1, 3});
+  at::Tensor gout = at::full({N, H * D}, 7.0, o);
+  dispatch::decode_attention(gout, q, kpool, vpool, grows, flat, glens, scale, goffs, gcounts);
+  at::Tensor rrows = at::tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 6, 7, 8});
+  at::Tensor rlens = at::tensor(std::vector<int64_t>{20, 21, 22, 23, 5, 38, 39, 40});
+  at::Tensor roffs = at::tensor(std::vector<int64_t>{10, 10, 10, 10, 0, 20, 20, 20});
+  at::Tensor rout = at::full({N, H * D}, 7.0, o);
+  dispatch::decode_attention(rout, q, kpool, vpool, rrows, flat, rlens, scale, roffs);
+  CHECK(gout.equal(rout));
+  at::Tensor rpadded = at::zeros({8, 40}, at::kLong);
+  for (int64_t b = 0; b < 8; ++b) {
+    const int64_t off = roffs[b].item<int64_t>(), len = rlens[b].item<int64_t>();
+    rpadded[b].slice(0, 0, len).copy_(flat.slice(0, off, off + len));
+  }
+  CHECK(tolerance_ratio(gout.index_select(0, rrows), plain_decode(q, kpool, vpool, rrows, rpadded, rlens, scale), tol(dt), tol(dt)) <= 1.0);
+  CHECK(gout[5].eq(7.0).all().item<bool>());
+  at::Tensor bigcount = gcounts.clone();
+  bigcount[2] = 4;  // rows 6..9: past q's 9 rows
+  CHECK_THROWS(dispatch::decode_attention(gout, q, kpool, vpool, grows, flat, glens, scale, goffs, bigcount), "outside q");
+  at::Tensor zerocount = gcounts.clone();
+  zerocount[1] = 0;
+  CHECK_THROWS(dispatch::decode_attention(gout, q, kpool, vpool, grows, flat, glens, scale, goffs, zerocount), "group 1 has 0 rows");
+  at::Tensor longgroup = glens.clone();
+  longgroup[2] = 40;  // 40 + 3 - 1 keys from offset 20: past the 60 entries
+  CHECK_THROWS(dispatch::decode_attention(gout, q, kpool, vpool, grows, flat, longgroup, scale, goffs, gcounts), "outside the list of 60");
+}
+
+// A call big enough to be cut across threads (decode rows and 16-row groups
+// up to 600 keys): the same bits at 1 and 3 threads, and the padded plain
+// path within tolerance.
+void test_decode_attention_threads(at::ScalarType dt) {
+  at::manual_seed(11);
+  const int64_t H = 8, KVH = 2, D = 16, pool = 900, L = 620;
+  const auto o = at::TensorOptions().dtype(dt);
+  std::vector<int64_t> rows, lens, offs, counts;
+  int64_t N = 0;
+  for (int64_t b = 0; b < 24; ++b) {
+    const int64_t n = b % 3 == 2 ? 16 : 1, len = 20 + (b * 37) % (L - 40);
+    rows.push_back(N);
+    lens.push_back(len);
+    offs.push_back((b * 53) % (L - len - n + 1));
+    counts.push_back(n);
+    N += n;
+  }
+  at::Tensor q = at::randn({N, H, D}, o), kpool = at::randn({pool, KVH, D}, o), vpool = at::randn({pool, KVH, D}, o);
+  at::Tensor flat = at::randint(0, pool, {L}, at::kLong);
+  at::Tensor rt = at::tensor(rows), lt = at::tensor(lens), ot = at::tensor(offs), ct = at::tensor(counts);
+  const int threads = at::get_num_threads();
+  at::Tensor one = at::zeros({N, H * D}, o), three = at::zeros({N, H * D}, o);
+  at::set_num_threads(1);
+  dispatch::decode_attention(one, q, kpool, vpool, rt, flat, lt, 0.25, ot, ct);
+  at::set_num_threads(3);
+  dispatch::decode_attention(three, q, kpool, vpool, rt, flat, lt, 0.25, ot, ct);
+  at::set_num_threads(threads);
+  CHECK(one.equal(three));
+  // Row by row through the padded reference.
+  std::vector<int64_t> rr, rl;
+  at::Tensor padded = at::zeros({N, L}, at::kLong);
+  for (size_t b = 0; b < rows.size(); ++b)
+    for (int64_t t = 0; t < counts[b]; ++t) {
+      rr.push_back(rows[b] + t);
+      rl.push_back(lens[b] + t);
+      padded[rows[b] + t].slice(0, 0, lens[b] + t).copy_(flat.slice(0, offs[b], offs[b] + lens[b] + t));
+    }
+  at::Tensor rrt = at::tensor(rr), rlt = at::tensor(rl);
+  CHECK(tolerance_ratio(one.index_select(0, rrt), plain_decode(q, kpool, vpool, rrt, padded.index_select(0, rrt), rlt, 0.25), tol(dt), tol(dt)) <= 1.0);
 }
 
 // One engine run: a shared prompt, forks, then steps mixing decode rows and
@@ -175,7 +271,9 @@ void test_engine(const std::string& type, at::ScalarType dt) {
 int main() {
   for (at::ScalarType dt : {at::kDouble, at::kFloat}) {
     test_rms_norm_and_rope(dt);
-    test_decode_attention(dt);
+    for (int64_t D : {16, 12, 64}) test_decode_attention(dt, D, 1.0);  // 12: not a multiple of the vector width
+    test_decode_attention(dt, 16, 30.0);
+    test_decode_attention_threads(dt);
     for (const char* type : {"qwen2", "qwen3", "llama"}) test_engine(type, dt);
   }
   return arpo_test::summary();
