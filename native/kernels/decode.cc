@@ -169,6 +169,7 @@ void decode_attention_impl(T* out, const T* q, const T* kpool, const T* vpool, c
   const int64_t cap = (std::max<int64_t>(a.max_ctx, 1) + W - 1) / W * W;  // a score row, whole tiles
   std::vector<T> scores;
   std::vector<T> tile(static_cast<size_t>(D * W));  // keys j0 .. j0 + W - 1 transposed: tile[d * W + jj]
+  std::vector<T> acc(static_cast<size_t>(D));       // a row's value sum when D is not a vector multiple
   const T scale = static_cast<T>(a.scale);
   for (int64_t item = begin; item < end; ++item) {
     const int64_t b = item / KVH, kvh = item % KVH;
@@ -226,7 +227,7 @@ void decode_attention_impl(T* out, const T* q, const T* kpool, const T* vpool, c
           case 64: weighted_sum<T, 64>(o, s, inv, vpool, sl, len, stride, kvh * D); break;
           case 128: weighted_sum<T, 128>(o, s, inv, vpool, sl, len, stride, kvh * D); break;
           default: {
-            std::vector<T> acc(static_cast<size_t>(D), T(0));
+            std::fill(acc.begin(), acc.end(), T(0));
             for (int64_t j = 0; j < len; ++j) {
               const T p = s[j] * inv;
               const T* v = vpool + sl[j] * stride + kvh * D;

@@ -292,7 +292,9 @@ void decode_attention(at::Tensor& out, const at::Tensor& q, const at::Tensor& kp
     if (offsets.numel() != a.paths || lengths.numel() != a.paths)
       throw ModelError("decode_attention: " + std::to_string(a.paths) + " rows but " + std::to_string(offsets.numel()) +
                        " offsets and " + std::to_string(lengths.numel()) + " lengths");
-    a.max_ctx = a.paths > 0 ? (counts.defined() ? (lengths + counts).max().item<int64_t>() - 1 : lengths.max().item<int64_t>()) : 0;
+    // The longest list a row reads: its group's last row's.
+    const int64_t* lp = lengths.data_ptr<int64_t>();
+    for (int64_t b = 0; b < a.paths; ++b) a.max_ctx = std::max(a.max_ctx, lp[b] + (a.counts ? a.counts[b] : 1) - 1);
     a.offsets = offsets.data_ptr<int64_t>();
     a.slot_count = slots.numel();
   } else {
