@@ -35,6 +35,13 @@ let cached: NativeAddon | undefined;
 /** The loaded addon (cached). `ARPO_ADDON=/path/to/x.node` overrides the search. */
 export function loadNative(): NativeAddon {
   if (cached) return cached;
+  // OpenBLAS (the BLAS of Debian's libtorch) keeps an idle worker spinning on
+  // sched_yield for ~0.1 s after every matmul. Between the engine's many small
+  // matmuls that spin held a core the attention kernel's other thread needed
+  // (perf of a 64-row decode call: ~40% of the samples in the spinner). A short
+  // timeout makes idle workers sleep at once. OpenBLAS reads it when the addon
+  // loads it; a value the user set is kept.
+  if (process.env.OPENBLAS_THREAD_TIMEOUT === undefined) process.env.OPENBLAS_THREAD_TIMEOUT = '4';
   const root = packageRoot();
   const tried: string[] = [];
   const candidates: string[] = [];

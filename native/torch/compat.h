@@ -25,6 +25,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <thread>
+
 #define ARPO_TORCH_VERSION (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
 static_assert(ARPO_TORCH_VERSION >= 113, "arpo needs libtorch 1.13 or newer");
 
@@ -52,8 +55,11 @@ constexpr bool kCudaBuild =
 // absent under MKL). Without the second, a model set to 1 thread still runs
 // every matmul on OpenBLAS's own pool of one thread per core: two data-parallel
 // ranks on 2 cores then keep 4 BLAS threads busy-waiting on each other.
+// n <= 0 means every core: libtorch's own default is its count of physical
+// cores as cpuinfo sees them, which on a 2-vCPU VM was 1 (so model.threads 0
+// ran libtorch's ops and the addon's kernels on one thread).
 inline void set_compute_threads(int n) {
-  if (n <= 0) return;
+  if (n <= 0) n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   at::set_num_threads(n);
   using SetThreads = void (*)(int);
   static const auto openblas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));

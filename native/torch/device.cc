@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
+#include "kernels/parallel.h"
 #include "torch/compat.h"
 #include "torch/model.h"
 
@@ -234,6 +236,16 @@ void expect_like(const at::Tensor& t, const at::Tensor& x, const char* op, const
 // Rows per parallel chunk so a chunk does ~64k scalar operations.
 int64_t grain(int64_t per_item) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, per_item)); }
 
+// The addon is not compiled with OpenMP, so at::parallel_for in its code runs
+// on the calling thread alone (it did, for every kernel here, until this was
+// found with perf): the CPU kernels split their rows over std::threads
+// (kernels/parallel.h), as many as libtorch's intra-op setting (model.threads),
+// each with at least `grain_rows` rows.
+template <class Fn>
+void parallel_rows(int64_t n, int64_t grain_rows, Fn&& fn) {
+  kernels::parallel_for(n, kernels::resolve_threads(at::get_num_threads(), n, grain_rows), std::forward<Fn>(fn));
+}
+
 }  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -246,7 +258,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     const scalar_t* xp = x.data_ptr<scalar_t>();
     const scalar_t* wp = weight.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
-    at::parallel_for(0, rows, grain(dim), [&](int64_t b, int64_t e) { kernels::rms_norm_rows(op, xp, wp, dim, eps, b, e); });
+    parallel_rows(rows, grain(dim), [&](int64_t b, int64_t e) { kernels::rms_norm_rows(op, xp, wp, dim, eps, b, e); });
   });
   return out;
 }
@@ -262,7 +274,7 @@ void rope_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
     scalar_t* xp = x.data_ptr<scalar_t>();
     const scalar_t* cp = cos.data_ptr<scalar_t>();
     const scalar_t* sp = sin.data_ptr<scalar_t>();
-    at::parallel_for(0, N, grain(heads * D * 4), [&](int64_t b, int64_t e) { kernels::rope_rows(xp, cp, sp, heads, D, b, e); });
+    parallel_rows(N, grain(heads * D * 4), [&](int64_t b, int64_t e) { kernels::rope_rows(xp, cp, sp, heads, D, b, e); });
   });
 }
 
@@ -328,7 +340,8 @@ void decode_attention(at::Tensor& out, const at::Tensor& q, const at::Tensor& kp
     cost[b] = n * (a.lengths[b] + (n - 1) / 2) * unit;
     total += cost[b] * a.kv_heads;
   }
-  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>({static_cast<int64_t>(at::get_num_threads()), items, total / 65536}));
+  // A part is at least ~2^20 multiply-adds (~0.1 ms): a thread started for less costs more than it saves.
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>({static_cast<int64_t>(at::get_num_threads()), items, total >> 20}));
   std::vector<int64_t> cut{0};
   for (int64_t i = 0, acc = 0; i < items && static_cast<int64_t>(cut.size()) < parts; ++i) {
     acc += cost[i / a.kv_heads];
@@ -341,7 +354,7 @@ void decode_attention(at::Tensor& out, const at::Tensor& q, const at::Tensor& kp
     const scalar_t* qp = q.data_ptr<scalar_t>();
     const scalar_t* kp = kpool.data_ptr<scalar_t>();
     const scalar_t* vp = vpool.data_ptr<scalar_t>();
-    at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+    kernels::parallel_for(parts, static_cast<int32_t>(parts), [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) kernels::paged_decode_attention(op, qp, kp, vp, a, cut[p], cut[p + 1]);
     });
   });
