@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "torch/compat.h"
 #include "test/check.h"
 #include "tiny_model.h"
 #include "torch/device.h"
@@ -275,10 +277,34 @@ void test_cuda_train(const at::Device& dev) {
 
 }  // namespace
 
+// model.threads 0 means every core for libtorch and the addon's kernels
+// (libtorch's own default was 1 on a 2-vCPU VM), n means n; and the kernels
+// the dispatch point splits over those threads give the same bits as on one.
+void test_compute_threads() {
+  const int before = at::get_num_threads();
+  arpo::compat::set_compute_threads(0);
+  CHECK(at::get_num_threads() == std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+  arpo::compat::set_compute_threads(1);
+  CHECK(at::get_num_threads() == 1);
+  at::manual_seed(5);
+  const int64_t rows = 4096, heads = 4, D = 16;  // past the grain of one thread
+  at::Tensor x = at::randn({rows, heads * D}), w = at::randn({heads * D});
+  at::Tensor q = at::randn({rows, heads, D}), cs = at::randn({rows, D}), sn = at::randn({rows, D});
+  at::Tensor norm1 = dispatch::rms_norm(x, w, 1e-6), rope1 = q.clone();
+  dispatch::rope_(rope1, cs, sn);
+  arpo::compat::set_compute_threads(3);
+  at::Tensor norm3 = dispatch::rms_norm(x, w, 1e-6), rope3 = q.clone();
+  dispatch::rope_(rope3, cs, sn);
+  CHECK(norm1.equal(norm3));
+  CHECK(rope1.equal(rope3));
+  arpo::compat::set_compute_threads(before);
+}
+
 int main() {
   try {
     test_parse_device();
     test_dispatch_cpu();
+    test_compute_threads();
     std::string why;
     at::Device dev(at::kCPU);
     if (!cuda_build()) {
