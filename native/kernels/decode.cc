@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -68,8 +69,38 @@ inline Vec<T> load(const T* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
+// In-register transpose of a W x W block (W = the vector width): r[i][j] ->
+// r[j][i], as log2(W) rounds of swapping the off-diagonal s x s blocks of
+// every 2s x 2s block (each round swaps bit s of the row and column index).
+// Exact copies, so a tile built this way equals one built element by element.
+template <class T, int S, size_t... J>
+inline Vec<T> swap_low(Vec<T> a, Vec<T> b, std::index_sequence<J...>) {
+  return __builtin_shufflevector(a, b, static_cast<int>((J & S) ? kWidth<T> + J - S : J)...);
+}
+template <class T, int S, size_t... J>
+inline Vec<T> swap_high(Vec<T> a, Vec<T> b, std::index_sequence<J...>) {
+  return __builtin_shufflevector(a, b, static_cast<int>((J & S) ? kWidth<T> + J : J + S)...);
+}
+template <class T, int S>
+inline void transpose_round(Vec<T>* r) {
+  constexpr auto idx = std::make_index_sequence<static_cast<size_t>(kWidth<T>)>{};
+  for (int64_t i = 0; i < kWidth<T>; ++i) {
+    if (i & S) continue;
+    const Vec<T> a = r[i], b = r[i + S];
+    r[i] = swap_low<T, S>(a, b, idx);
+    r[i + S] = swap_high<T, S>(a, b, idx);
+  }
+}
+template <class T>
+inline void transpose_block(Vec<T>* r) {
+  if constexpr (kWidth<T> >= 16) transpose_round<T, 8>(r);
+  transpose_round<T, 4>(r);
+  transpose_round<T, 2>(r);
+  transpose_round<T, 1>(r);
+}
+
 // Asks for the cache lines of n values at p (no effect on any result).
-constexpr int64_t kPrefetch = 8;  // keys ahead in the value sum
+constexpr int64_t kPrefetch = 24;  // keys ahead in the value sum
 template <class T>
 inline void prefetch(const T* p, int64_t n) {
   const char* c = reinterpret_cast<const char*>(p);
@@ -203,9 +234,18 @@ void decode_attention_impl(T* out, const T* q, const T* kpool, const T* vpool, c
     for (int64_t j0 = 0; j0 < last; j0 += W) {
       const int64_t w = std::min(W, last - j0);
       for (int64_t jj = j0 + W; jj < std::min(last, j0 + 2 * W); ++jj) prefetch(kpool + sl[jj] * stride + kvh * D, D);
-      for (int64_t jj = 0; jj < W; ++jj) {
-        const T* k = jj < w ? kpool + sl[j0 + jj] * stride + kvh * D : nullptr;
-        for (int64_t d = 0; d < D; ++d) tile[d * W + jj] = k ? k[d] : T(0);
+      if (D % W == 0) {  // W x W blocks transposed in registers
+        for (int64_t d0 = 0; d0 < D; d0 += W) {
+          Vec<T> r[W];
+          for (int64_t jj = 0; jj < W; ++jj) r[jj] = jj < w ? load(kpool + sl[j0 + jj] * stride + kvh * D + d0) : Vec<T>{};
+          transpose_block<T>(r);
+          for (int64_t dd = 0; dd < W; ++dd) std::memcpy(tile.data() + (d0 + dd) * W, &r[dd], sizeof r[dd]);
+        }
+      } else {
+        for (int64_t jj = 0; jj < W; ++jj) {
+          const T* k = jj < w ? kpool + sl[j0 + jj] * stride + kvh * D : nullptr;
+          for (int64_t d = 0; d < D; ++d) tile[d * W + jj] = k ? k[d] : T(0);
+        }
       }
       for (int64_t t = 0; t < n; ++t) {
         if (len0 + t <= j0) continue;  // row t sees none of these keys
