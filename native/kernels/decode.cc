@@ -73,6 +73,10 @@ inline Vec<T> load(const T* p) {
 // r[j][i], as log2(W) rounds of swapping the off-diagonal s x s blocks of
 // every 2s x 2s block (each round swaps bit s of the row and column index).
 // Exact copies, so a tile built this way equals one built element by element.
+// __builtin_shufflevector: Clang, and GCC from 12 (older GCC builds tiles
+// element by element).
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define ARPO_REGISTER_TRANSPOSE 1
 template <class T, int S, size_t... J>
 inline Vec<T> swap_low(Vec<T> a, Vec<T> b, std::index_sequence<J...>) {
   return __builtin_shufflevector(a, b, static_cast<int>((J & S) ? kWidth<T> + J - S : J)...);
@@ -98,6 +102,16 @@ inline void transpose_block(Vec<T>* r) {
   transpose_round<T, 2>(r);
   transpose_round<T, 1>(r);
 }
+#else
+#define ARPO_REGISTER_TRANSPOSE 0
+template <class T>
+inline void transpose_block(Vec<T>* r) {
+  T m[kWidth<T>][kWidth<T>];
+  std::memcpy(m, r, sizeof m);
+  for (int64_t i = 0; i < kWidth<T>; ++i)
+    for (int64_t j = 0; j < kWidth<T>; ++j) r[i][j] = m[j][i];
+}
+#endif
 
 // Asks for the cache lines of n values at p (no effect on any result).
 constexpr int64_t kPrefetch = 24;  // keys ahead in the value sum
