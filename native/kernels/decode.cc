@@ -76,7 +76,6 @@ inline Vec<T> load(const T* p) {
 // __builtin_shufflevector: Clang, and GCC from 12 (older GCC builds tiles
 // element by element).
 #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
-#define ARPO_REGISTER_TRANSPOSE 1
 template <class T, int S, size_t... J>
 inline Vec<T> swap_low(Vec<T> a, Vec<T> b, std::index_sequence<J...>) {
   return __builtin_shufflevector(a, b, static_cast<int>((J & S) ? kWidth<T> + J - S : J)...);
@@ -103,7 +102,6 @@ inline void transpose_block(Vec<T>* r) {
   transpose_round<T, 1>(r);
 }
 #else
-#define ARPO_REGISTER_TRANSPOSE 0
 template <class T>
 inline void transpose_block(Vec<T>* r) {
   T m[kWidth<T>][kWidth<T>];

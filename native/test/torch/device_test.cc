@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "torch/compat.h"
 #include "test/check.h"
 #include "tiny_model.h"
+#include "torch/compat.h"
 #include "torch/device.h"
 #include "torch/engine.h"
 #include "torch/trainer.h"
@@ -275,8 +275,6 @@ void test_cuda_train(const at::Device& dev) {
   }
 }
 
-}  // namespace
-
 // model.threads 0 means every core for libtorch and the addon's kernels
 // (libtorch's own default was 1 on a 2-vCPU VM), n means n; and the kernels
 // the dispatch point splits over those threads give the same bits as on one.
@@ -299,6 +297,8 @@ void test_compute_threads() {
   CHECK(rope1.equal(rope3));
   arpo::compat::set_compute_threads(before);
 }
+
+}  // namespace
 
 int main() {
   try {
