@@ -215,7 +215,9 @@ __global__ void __launch_bounds__(1024) sample_rows(int32_t* tokens, float* logp
       ArgMax best{-HUGE_VAL, INT64_MAX};
       for_row_z(row, V, inv_t, [&](float z, int64_t j) {
         if (z < thr || z == kNegInf || static_cast<double>(z) + kGumbelMax < best0) return;
-        const ArgMax c{static_cast<double>(z) + rng::gumbel(key, j), j};
+        const double u = rng::uniform(key, j);
+        if (static_cast<double>(z) + rng::gumbel_bound_of(u) < best0) return;  // cannot win: no logs
+        const ArgMax c{static_cast<double>(z) + rng::gumbel_of(u), j};
         if (better(c, best)) best = c;
       });
       tok = block_argmax(best, arg_scratch).j;

@@ -37,8 +37,27 @@ ARPO_HD double uniform(uint64_t key, int64_t j) {
 
 // Standard Gumbel noise -log(-log(u)), in double on both CPU and GPU so the
 // argmax over z_j + g_j agrees between them (up to measure-zero ties).
-ARPO_HD double gumbel(uint64_t key, int64_t j) {
-  return -log(-log(uniform(key, j)));
+ARPO_HD double gumbel_of(double u) { return -log(-log(u)); }
+ARPO_HD double gumbel(uint64_t key, int64_t j) { return gumbel_of(uniform(key, j)); }
+
+// An upper bound of gumbel_of(u) as computed, without a logarithm (the
+// samplers skip the two logs of every token that cannot win, and on a
+// small vocabulary with flat logits few tokens fall under a fixed bound).
+// With s = 1 - u: -log u >= s, so gumbel <= -log s; s >= 2^(E - 1023) for
+// E its biased exponent, so -log s <= (1023 - E) log 2. For u >= 1/2, s is
+// exact (Sterbenz); for u < 1/2, -log u > log 2 and gumbel < -log(log 2) =
+// 0.367; u == 1 gives +inf. 1e-9 covers the logs' rounding (< 1e-14 here).
+ARPO_HD double gumbel_bound_of(double u) {
+  if (u < 0.5) return 0.37;
+  const double s = 1.0 - u;
+  if (s == 0.0) return HUGE_VAL;
+#if defined(__CUDA_ARCH__)
+  const uint64_t b = static_cast<uint64_t>(__double_as_longlong(s));
+#else
+  uint64_t b;
+  __builtin_memcpy(&b, &s, sizeof b);
+#endif
+  return static_cast<double>(1023 - static_cast<int64_t>((b >> 52) & 0x7ff)) * 0.6931471805599453 + 1e-9;
 }
 
 }  // namespace rng

@@ -83,7 +83,8 @@ void logits_stats(float* logsumexp, float* entropy, float* entropy_norm, float* 
 namespace {
 
 // Upper bound of rng::gumbel: u <= 1 - 2^-54, so -log(-log u) < 37.43. A
-// value z_j with z_j + kGumbelMax <= best cannot win and skips its two logs.
+// value z_j with z_j + kGumbelMax <= best cannot win and skips its hash;
+// the others are pruned by rng::gumbel_bound_of before their two logs.
 constexpr double kGumbelMax = 38.0;
 
 // Per-thread scratch for the top-k / top-p thresholds (O(V) per thread, never (T, V)).
@@ -182,7 +183,9 @@ void sample_row(int32_t* token, float* logprob, float* ent, float* ent_norm, con
     for (int64_t j = 0; j < V; ++j) {
       const float z = row(j) * inv_t;
       if (z < thr || z == kNegInf || static_cast<double>(z) + kGumbelMax < best) continue;
-      const double v = static_cast<double>(z) + rng::gumbel(key, j);
+      const double u = rng::uniform(key, j);
+      if (static_cast<double>(z) + rng::gumbel_bound_of(u) < best) continue;  // cannot win: no logs
+      const double v = static_cast<double>(z) + rng::gumbel_of(u);
       if (v > best || (v == best && j < tok)) {
         best = v;
         tok = j;

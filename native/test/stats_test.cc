@@ -233,6 +233,76 @@ void test_sampling_exact_and_sets() {
 // Frequencies over many positions against softmax (restricted and
 // renormalised for top-k): chi-square with V-1 dof must stay under a bound
 // that a correct sampler exceeds with probability < 1e-6.
+// rng::gumbel_bound_of (the samplers' pruning) is >= gumbel_of at every u
+// the hash can give, and within log 2 + 0.1 of it where it prunes (u >= 0.9).
+void test_gumbel_bound() {
+  int below = 0, loose = 0;
+  double worst = -kInf;
+  auto check_u = [&](double u) {
+    const double g = arpo::rng::gumbel_of(u), b = arpo::rng::gumbel_bound_of(u);
+    below += !(b >= g);
+    worst = std::max(worst, g - b);
+    if (u >= 0.9 && std::isfinite(g)) loose += b - g > 0.7932;
+  };
+  for (uint64_t key = 0; key < 64; ++key)
+    for (int64_t j = 0; j < 20000; ++j) check_u(arpo::rng::uniform(arpo::rng::mix64(key), j));
+  // The hash's extremes and every binade of 1 - u: u = (bits + 0.5) 2^-53.
+  for (uint64_t bits : {uint64_t{0}, uint64_t{1}, (uint64_t{1} << 52) - 1, uint64_t{1} << 52, (uint64_t{1} << 53) - 2,
+                        (uint64_t{1} << 53) - 1})
+    check_u((static_cast<double>(bits) + 0.5) * (1.0 / 9007199254740992.0));
+  for (int k = 1; k <= 53; ++k)
+    for (double m : {1.0, 1.0000001, 1.5, 1.9999999})
+      for (double u : {1.0 - std::ldexp(m, -k), std::nextafter(1.0 - std::ldexp(m, -k), 0.0), std::nextafter(1.0 - std::ldexp(m, -k), 2.0)})
+        if (u > 0.0 && u < 1.0) check_u(u);
+  check_u(0.5);
+  check_u(std::nextafter(0.5, 0.0));
+  check_u(std::nextafter(0.5, 1.0));
+  CHECK(arpo::rng::gumbel_bound_of(1.0) == kInf);
+  std::printf("gumbel bound: %d below, %d loose; worst gumbel - bound %.3g\n", below, loose, worst);
+  CHECK(below == 0);
+  CHECK(loose == 0);
+}
+
+// The pruned sampler against the unpruned Gumbel-max at logit scales where
+// almost every token competes (0.01), some do (1) and one dominates (30),
+// on the demo's vocabulary size, 1 and 3 threads.
+void test_sampling_exact_scales() {
+  Random r(11);
+  const int64_t T = 96, V = 1206;
+  std::vector<uint64_t> streams(T);
+  std::vector<int64_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) {
+    streams[t] = 5000 + 31 * t;
+    pos[t] = 3 * t + 1;
+  }
+  int wrong = 0, rows = 0;
+  for (double scale : {0.01, 1.0, 30.0}) {
+    const auto x = arpo_test::random_logits(r, T, V, scale);
+    for (const SamplingParams p : {SamplingParams{1.0f, 0, 1.0f, 1}, SamplingParams{0.6f, 0, 1.0f, 2},
+                                   SamplingParams{1.3f, 40, 0.9f, 3}})
+      for (int threads : {1, 3}) {
+        const Draws d = sample(x, T, V, streams, pos, p, threads);
+        for (int64_t t = 0; t < T; ++t) {
+          const float* row = x.data() + t * V;
+          const auto ok = ref_allowed(row, V, p);
+          const uint64_t key = arpo::rng::row_key(p.seed, streams[t], pos[t]);
+          const auto ref = arpo_test::ref_row(row, V, p.temperature);
+          double best = -kInf;
+          int64_t tok = -1;
+          for (int64_t j = 0; j < V; ++j)
+            if (ok[j] && ref.z[j] + arpo::rng::gumbel(key, j) > best) {
+              best = ref.z[j] + arpo::rng::gumbel(key, j);
+              tok = j;
+            }
+          wrong += d.tokens[t] != tok;
+          ++rows;
+        }
+      }
+  }
+  std::printf("pruned sampler vs unpruned Gumbel-max: %d of %d rows differ\n", wrong, rows);
+  CHECK(wrong == 0);
+}
+
 void test_sampling_distribution() {
   const int64_t V = 8, N = 40000;
   const std::vector<float> row = {1.0f, 0.5f, -0.3f, 2.0f, 0.0f, -1.5f, 1.2f, 0.8f};
@@ -288,6 +358,8 @@ int main() {
   test_stats_extremes();
   test_stats_edges_and_threads();
   test_sampling_exact_and_sets();
+  test_gumbel_bound();
+  test_sampling_exact_scales();
   test_sampling_distribution();
   test_sampling_errors();
   return arpo_test::summary();
