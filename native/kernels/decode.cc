@@ -119,31 +119,38 @@ inline void prefetch(const T* p, int64_t n) {
   for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(c + b);
 }
 
-// Sum of n terms in 8 interleaved partial sums and a fixed tree: the
-// compiler turns the lanes into vector adds (a single running sum is one
-// dependent chain), and the order depends on n alone.
+// Sum of n terms in 8 interleaved partial sums and a fixed tree (a single
+// running sum is one dependent chain); the order depends on n alone. The
+// lanes are one 8-wide vector: the compiler left the lane array as 8 scalar
+// chains (8% of the kernel's time).
 template <class T>
 inline T lane_sum(const T* x, int64_t n) {
   constexpr int64_t L = 8;
-  T lane[L] = {};
+  typedef T Lanes __attribute__((vector_size(L * sizeof(T))));
+  Lanes lane = {};
   int64_t j = 0;
-  for (; j + L <= n; j += L)
-    for (int64_t l = 0; l < L; ++l) lane[l] += x[j + l];
+  for (; j + L <= n; j += L) {
+    Lanes v;
+    std::memcpy(&v, x + j, sizeof v);
+    lane += v;
+  }
   T tail = 0;
   for (; j < n; ++j) tail += x[j];
   return (((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]))) + tail;
 }
 
-// Largest of n terms, in 16 lanes (exact in any order; one running maximum
-// is a dependent chain of n compares).
+// Largest of n terms, in W vector lanes (exact in any order; one running
+// maximum is a dependent chain of n compares).
 template <class T>
 inline T max_of(const T* x, int64_t n) {
-  constexpr int64_t L = 16;
-  T lane[L];
-  std::fill(lane, lane + L, -std::numeric_limits<T>::infinity());
+  constexpr int64_t L = kWidth<T>;
+  Vec<T> lane;
+  for (int64_t l = 0; l < L; ++l) lane[l] = -std::numeric_limits<T>::infinity();
   int64_t j = 0;
-  for (; j + L <= n; j += L)
-    for (int64_t l = 0; l < L; ++l) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+  for (; j + L <= n; j += L) {
+    const Vec<T> v = load(x + j);
+    lane = v > lane ? v : lane;
+  }
   T mx = -std::numeric_limits<T>::infinity();
   for (; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
   for (int64_t l = 0; l < L; ++l) mx = lane[l] > mx ? lane[l] : mx;
@@ -181,37 +188,68 @@ inline void exp_shifted(float* x, int64_t n, float mx) {
   }
 }
 
-// o[d] = sum_j (s[j] * inv) v_j[d], v_j = vpool + slots[j] * stride + at,
-// for a head dim DC that is a multiple of the vector width: the sums in
-// local vectors that stay in registers (through o, which may alias the
+// o_h[d] = sum_j (s_h[j] * inv_h) v_j[d], v_j = vpool + slots[j] * stride + at,
+// for NH query heads that share these value rows (grouped-query attention)
+// and a head dim DC that is a multiple of the vector width: one pass over
+// the keys loads each scattered value row once for all NH heads (a pass per
+// head re-read it: those loads were the kernel's largest cost). The sums sit
+// in local vectors that stay in registers (through o, which may alias the
 // pool, they would be stored and reloaded for every j). Keys j = c (mod K)
 // go to sum set c, K = 4 / vectors per row (at least 1): K independent FMA
 // chains when a row is one or two vectors wide, the sets added in a fixed
-// tree at the end.
-template <class T, int64_t DC>
-inline void weighted_sum(T* o, const T* s, T inv, const T* vpool, const int64_t* slots, int64_t len, int64_t stride,
-                         int64_t at) {
+// tree at the end. Each head's arithmetic, in order, is that of a pass of
+// its own: the same bits whatever NH.
+template <class T, int64_t DC, int64_t NH>
+inline void weighted_sum(T* const* o, const T* const* s, const T* inv, const T* vpool, const int64_t* slots, int64_t len,
+                         int64_t stride, int64_t at) {
   constexpr int64_t n = DC / kWidth<T>, K = n >= 4 ? 1 : 4 / n;
-  Vec<T> sum[K][n] = {};
+  Vec<T> sum[NH][K][n] = {};
+  const T* sh[NH];
+  T ih[NH];
+  for (int64_t h = 0; h < NH; ++h) {
+    sh[h] = s[h];
+    ih[h] = inv[h];
+  }
+  auto add = [&](int64_t c, int64_t j) {
+    const T* v = vpool + slots[j] * stride + at;
+    Vec<T> row[n];
+    for (int64_t i = 0; i < n; ++i) row[i] = load(v + i * kWidth<T>);
+    for (int64_t h = 0; h < NH; ++h) {
+      const T p = sh[h][j] * ih[h];
+      for (int64_t i = 0; i < n; ++i) sum[h][c][i] += p * row[i];
+    }
+  };
   int64_t j = 0;
   for (; j + K <= len; j += K)
     for (int64_t c = 0; c < K; ++c) {
       // The value rows are scattered pool slots: ask for the row kPrefetch keys on
       // before it is read (the loads of an unfetched row were half the kernel's time).
       if (j + c + kPrefetch < len) prefetch(vpool + slots[j + c + kPrefetch] * stride + at, DC);
-      const T p = s[j + c] * inv;
-      const T* v = vpool + slots[j + c] * stride + at;
-      for (int64_t i = 0; i < n; ++i) sum[c][i] += p * load(v + i * kWidth<T>);
+      add(c, j + c);
     }
-  for (int64_t c = 0; j < len; ++j, ++c) {
-    const T p = s[j] * inv;
-    const T* v = vpool + slots[j] * stride + at;
-    for (int64_t i = 0; i < n; ++i) sum[c][i] += p * load(v + i * kWidth<T>);
+  for (int64_t c = 0; j < len; ++j, ++c) add(c, j);
+  for (int64_t h = 0; h < NH; ++h) {
+    for (int64_t w = K / 2; w >= 1; w /= 2)
+      for (int64_t c = 0; c < w; ++c)
+        for (int64_t i = 0; i < n; ++i) sum[h][c][i] += sum[h][c + w][i];
+    std::memcpy(o[h], sum[h][0], sizeof sum[h][0]);
   }
-  for (int64_t w = K / 2; w >= 1; w /= 2)
-    for (int64_t c = 0; c < w; ++c)
-      for (int64_t i = 0; i < n; ++i) sum[c][i] += sum[c + w][i];
-  std::memcpy(o, sum[0], sizeof sum[0]);
+}
+
+// The value sums of heads [0, G) sharing one KV head, in passes of up to
+// 16 / max(4, vectors per row) heads (the sums must fit the registers).
+template <class T, int64_t DC>
+inline void weighted_sums(T* const* o, const T* const* s, const T* inv, int64_t G, const T* vpool, const int64_t* slots,
+                          int64_t len, int64_t stride, int64_t at) {
+  constexpr int64_t n = DC / kWidth<T>, most = 16 / (n > 4 ? n : 4);
+  for (int64_t g = 0; g < G; g += most) {
+    switch (std::min<int64_t>(most, G - g)) {
+      case 1: weighted_sum<T, DC, 1>(o + g, s + g, inv + g, vpool, slots, len, stride, at); break;
+      case 2: if constexpr (most >= 2) weighted_sum<T, DC, 2>(o + g, s + g, inv + g, vpool, slots, len, stride, at); break;
+      case 3: if constexpr (most >= 3) weighted_sum<T, DC, 3>(o + g, s + g, inv + g, vpool, slots, len, stride, at); break;
+      default: if constexpr (most >= 4) weighted_sum<T, DC, 4>(o + g, s + g, inv + g, vpool, slots, len, stride, at); break;
+    }
+  }
 }
 
 template <class T>
@@ -224,6 +262,9 @@ void decode_attention_impl(T* out, const T* q, const T* kpool, const T* vpool, c
   std::vector<T> scores;
   std::vector<T> tile(static_cast<size_t>(D * W));  // keys j0 .. j0 + W - 1 transposed: tile[d * W + jj]
   std::vector<T> acc(static_cast<size_t>(D));       // a row's value sum when D is not a vector multiple
+  std::vector<T> inv(static_cast<size_t>(G));        // per head of the KV head: 1 / its softmax sum
+  std::vector<const T*> srow(static_cast<size_t>(G));  // its scores
+  std::vector<T*> orow(static_cast<size_t>(G));        // its output row
   const T scale = static_cast<T>(a.scale);
   for (int64_t item = begin; item < end; ++item) {
     const int64_t b = item / KVH, kvh = item % KVH;
@@ -236,9 +277,14 @@ void decode_attention_impl(T* out, const T* q, const T* kpool, const T* vpool, c
       throw Error("paged_decode_attention: group " + std::to_string(b) + "'s slots [" + std::to_string(first) + ", " +
                   std::to_string(first + last) + ") outside the list of " + std::to_string(a.slot_count));
     const int64_t* sl = a.slots + first;
-    for (int64_t j = 0; j < last; ++j)
-      if (sl[j] < 0 || sl[j] >= a.pool_slots)
-        throw Error("paged_decode_attention: slot " + std::to_string(sl[j]) + " outside the pool of " + std::to_string(a.pool_slots));
+    // One branch-free pass (it vectorises; a throw per element did not), the
+    // offending slot looked up only when there is one.
+    bool outside = false;
+    for (int64_t j = 0; j < last; ++j) outside |= static_cast<uint64_t>(sl[j]) >= static_cast<uint64_t>(a.pool_slots);
+    if (outside)
+      for (int64_t j = 0; j < last; ++j)
+        if (sl[j] < 0 || sl[j] >= a.pool_slots)
+          throw Error("paged_decode_attention: slot " + std::to_string(sl[j]) + " outside the pool of " + std::to_string(a.pool_slots));
     scores.resize(static_cast<size_t>(n * G * cap));
     // Scores a tile of W keys at a time: each (row, head) query times the
     // transposed tile is D vector FMAs giving W scores (the same order for
@@ -283,23 +329,25 @@ void decode_attention_impl(T* out, const T* q, const T* kpool, const T* vpool, c
       for (int64_t g = 0; g < G; ++g) {
         T* s = scores.data() + (t * G + g) * cap;
         exp_shifted(s, len, max_of(s, len));
-        const T inv = T(1) / lane_sum(s, len);
-        T* o = out + ((row0 + t) * H + kvh * G + g) * D;
-        switch (D % W == 0 ? D : 0) {  // common head dims accumulate in registers
-          case 16: weighted_sum<T, 16>(o, s, inv, vpool, sl, len, stride, kvh * D); break;
-          case 32: weighted_sum<T, 32>(o, s, inv, vpool, sl, len, stride, kvh * D); break;
-          case 64: weighted_sum<T, 64>(o, s, inv, vpool, sl, len, stride, kvh * D); break;
-          case 128: weighted_sum<T, 128>(o, s, inv, vpool, sl, len, stride, kvh * D); break;
-          default: {
+        inv[g] = T(1) / lane_sum(s, len);
+        srow[g] = s;
+        orow[g] = out + ((row0 + t) * H + kvh * G + g) * D;
+      }
+      switch (D % W == 0 ? D : 0) {  // common head dims accumulate in registers, all G heads in one pass
+        case 16: weighted_sums<T, 16>(orow.data(), srow.data(), inv.data(), G, vpool, sl, len, stride, kvh * D); break;
+        case 32: weighted_sums<T, 32>(orow.data(), srow.data(), inv.data(), G, vpool, sl, len, stride, kvh * D); break;
+        case 64: weighted_sums<T, 64>(orow.data(), srow.data(), inv.data(), G, vpool, sl, len, stride, kvh * D); break;
+        case 128: weighted_sums<T, 128>(orow.data(), srow.data(), inv.data(), G, vpool, sl, len, stride, kvh * D); break;
+        default:
+          for (int64_t g = 0; g < G; ++g) {
             std::fill(acc.begin(), acc.end(), T(0));
             for (int64_t j = 0; j < len; ++j) {
-              const T p = s[j] * inv;
+              const T p = srow[g][j] * inv[g];
               const T* v = vpool + sl[j] * stride + kvh * D;
               for (int64_t d = 0; d < D; ++d) acc[d] += p * v[d];
             }
-            std::copy(acc.begin(), acc.end(), o);
+            std::copy(acc.begin(), acc.end(), orow[g]);
           }
-        }
       }
     }
   }
