@@ -26,6 +26,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <mutex>
 #include <thread>
 
 #define ARPO_TORCH_VERSION (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
@@ -65,6 +66,59 @@ inline void set_compute_threads(int n) {
   static const auto openblas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
   if (openblas != nullptr) openblas(n);
 }
+
+// For its scope, OpenBLAS runs matmuls on the calling thread alone (a no-op
+// where libtorch's BLAS is not OpenBLAS, e.g. MKL, which sizes its own
+// threads). OpenBLAS splits even a one-row matmul over its whole pool, and
+// with the loader's OPENBLAS_THREAD_TIMEOUT=4 its idle workers sleep, so
+// waking them cost a one-token decode call of the demo model 0.3 of its
+// 0.8 ms. Overlapping scopes on several threads share one count: the first
+// in sets 1, the last out restores what was set before.
+class SingleThreadBlas {
+ public:
+  SingleThreadBlas() {
+    const Api& a = api();
+    if (a.set == nullptr || a.get == nullptr) return;
+    std::lock_guard<std::mutex> lock(state().m);
+    if (state().depth++ == 0) {
+      state().saved = a.get();
+      if (state().saved > 1) a.set(1);
+    }
+    active_ = true;
+  }
+  ~SingleThreadBlas() {
+    if (!active_) return;
+    std::lock_guard<std::mutex> lock(state().m);
+    if (--state().depth == 0 && state().saved > 1) api().set(state().saved);
+  }
+  SingleThreadBlas(const SingleThreadBlas&) = delete;
+  SingleThreadBlas& operator=(const SingleThreadBlas&) = delete;
+
+ private:
+  struct Api {
+    void (*set)(int) = nullptr;
+    int (*get)() = nullptr;
+  };
+  struct State {
+    std::mutex m;
+    int depth = 0;
+    int saved = 0;
+  };
+  static const Api& api() {
+    static const Api a = [] {
+      Api x;
+      x.set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+      x.get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+      return x;
+    }();
+    return a;
+  }
+  static State& state() {
+    static State s;
+    return s;
+  }
+  bool active_ = false;
+};
 
 #ifdef ARPO_WITH_CUDA
 // Makes `device` current for the scope (a no-op guard for CPU tensors).

@@ -2,11 +2,13 @@
 // sequence scoring (see engine.h for the slot layout and the contracts).
 #include "torch/engine.h"
 
+#include "torch/compat.h"
 #include "torch/device.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -396,6 +398,16 @@ at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::v
     return out;
   };
 
+  // A call of at most ~4M multiply-adds (up to four tokens of the demo
+  // model; never a step of a 0.5B one) keeps OpenBLAS on this thread: waking
+  // its sleeping workers cost more than they saved (compat.h). No effect on
+  // any number: each matmul is the same whatever OpenBLAS's thread count
+  // (bench: 1 vs 2 threads, same tokens).
+  std::optional<compat::SingleThreadBlas> one_blas_thread;
+  if (model_.device().is_cpu()) {
+    const int64_t h = c.hidden_size, per_token = c.num_hidden_layers * (h * (H + 2 * KVH) * D + H * D * h + 3 * h * c.intermediate_size);
+    if (N * per_token + P * c.vocab_size * h <= (int64_t{1} << 22)) one_blas_thread.emplace();
+  }
   at::Tensor logits;
   {
     at::NoGradGuard no_grad;

@@ -298,6 +298,43 @@ void test_compute_threads() {
   arpo::compat::set_compute_threads(before);
 }
 
+// compat::SingleThreadBlas: OpenBLAS on one thread for the scope (the
+// engine's small calls), the count before restored when the last of
+// overlapping scopes ends; a matmul gives the same bits either way.
+void test_single_thread_blas() {
+  const auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  if (get == nullptr) {
+    std::printf("single-thread BLAS scope: libtorch's BLAS is not OpenBLAS, the scope is a no-op\n");
+    arpo::compat::SingleThreadBlas harmless;
+    return;
+  }
+  const int before = at::get_num_threads();
+  arpo::compat::set_compute_threads(3);
+  CHECK(get() == 3);
+  at::manual_seed(6);
+  at::Tensor a = at::randn({96, 512}), b = at::randn({512, 640});
+  const at::Tensor many = at::matmul(a, b);
+  {
+    arpo::compat::SingleThreadBlas one;
+    CHECK(get() == 1);
+    CHECK(at::matmul(a, b).equal(many));
+    std::thread other([&] {
+      arpo::compat::SingleThreadBlas nested;
+      CHECK(get() == 1);
+    });
+    other.join();
+    CHECK(get() == 1);  // this scope is still open
+  }
+  CHECK(get() == 3);
+  auto* first = new arpo::compat::SingleThreadBlas;
+  auto* second = new arpo::compat::SingleThreadBlas;
+  delete first;  // ends before the second: the count stays 1
+  CHECK(get() == 1);
+  delete second;
+  CHECK(get() == 3);
+  arpo::compat::set_compute_threads(before);
+}
+
 }  // namespace
 
 int main() {
@@ -305,6 +342,7 @@ int main() {
     test_parse_device();
     test_dispatch_cpu();
     test_compute_threads();
+    test_single_thread_blas();
     std::string why;
     at::Device dev(at::kCPU);
     if (!cuda_build()) {
