@@ -11,8 +11,10 @@ import { demoRunConfig } from '../lib/cli/demo';
 import { PolicyModel, type TrainSequence, type TrainTreeBatch } from '../lib/model/policy-model';
 import { evaluate } from '../lib/train/evaluate';
 import { readMetrics } from '../lib/train/metrics';
+import { Lockstep, type LockstepSpec } from './lockstep';
 import { childMain } from './summary';
 import { train } from '../lib/train/trainer';
+import type { RolloutResult } from '../lib/rollout';
 
 export interface E2ERunSpec {
   envDir: string;
@@ -24,6 +26,8 @@ export interface E2ERunSpec {
   quick: boolean;
   /** rollout.speculativeRefills (default: the config's default, off). */
   speculativeRefills?: boolean;
+  /** Take turns step by step with the seed's other runs (bench/lockstep.ts); absent: run freely. */
+  lockstep?: LockstepSpec;
 }
 
 export interface TrainStepCost {
@@ -107,7 +111,27 @@ export async function runE2E(spec: E2ERunSpec): Promise<E2ERunResult> {
   });
   const t0 = Date.now();
   const label = `${spec.mode === 'arpo' ? (spec.speculativeRefills === true ? 'arpo, speculative refills' : 'arpo') : 'grpo'} seed ${spec.seed}`;
-  await train(cfg, { report: false, progress: { write: (s: string) => process.stderr.write(`  [${label}] ${s.trimStart()}`) } });
+  const lockstep = spec.lockstep ? new Lockstep(spec.lockstep) : null;
+  try {
+    await train(cfg, {
+      report: false,
+      progress: { write: (s: string) => process.stderr.write(`  [${label}] ${s.trimStart()}`) },
+      ...(lockstep
+        ? {
+            // A step is the rollout and the update: the turn is taken before the rollout and passed on after the step.
+            rollout: async (_step: number, run: () => Promise<RolloutResult>) => {
+              await lockstep.begin();
+              return run();
+            },
+            afterStep: () => lockstep.end(),
+          }
+        : {}),
+    });
+    await lockstep?.finish();
+  } catch (e) {
+    lockstep?.fail();
+    throw e;
+  }
   const records = readMetrics(path.join(spec.runDir, 'metrics.jsonl'));
   // Held-out evaluation of the final checkpoint: greedy, n = 1, the config's validation split and limit.
   const ckpt = path.join(spec.runDir, 'checkpoints');

@@ -2,6 +2,7 @@
 // embedded demo world, from one cached SFT checkpoint, at the same budget M,
 // batch, prompts and seed; each (seed, mode) run in a fresh process, the modes
 // interleaved seed by seed; medians and spreads over seeds.
+import * as fs from 'fs';
 import * as path from 'path';
 import { demoCheckpoint, type DemoCheckpoint } from './e2e-checkpoint';
 import type { E2ERunResult, E2ERunSpec } from './e2e-run';
@@ -160,18 +161,24 @@ export async function runE2EBench(o: E2EOptions): Promise<E2EResult> {
   );
   const raw: E2ERunResult[] = [];
   for (const [i, seed] of o.seeds.entries()) {
-    // Alternate which variant goes first, so slow drifts of the shared machine hit all alike.
+    // The seed's runs are processes that take turns one step at a time (bench/lockstep.ts): a drift of
+    // the shared machine's speed within minutes hits every mode's steps alike. Which goes first alternates.
     const variants: RunVariant[] = o.refillsAblation ? ['arpo', 'trajectory', 'arpo-spec'] : ['arpo', 'trajectory'];
     if (i % 2 === 1) variants.reverse();
-    for (const variant of variants) {
+    const lockDir = path.join(o.workDir, `lockstep-seed${seed}`);
+    fs.rmSync(lockDir, { recursive: true, force: true });
+    fs.mkdirSync(lockDir, { recursive: true });
+    const what = (v: RunVariant): string => (v === 'arpo' ? 'ARPO' : v === 'arpo-spec' ? 'ARPO (speculative refills)' : 'GRPO (trajectory-level)');
+    o.log(`[bench] e2e: seed ${seed}: ${variants.map(what).join(', ')} in lockstep (one step at a time, in that order), ${o.steps} steps each`);
+    const specs = variants.map((variant, index): E2ERunSpec => {
       const mode = variant === 'trajectory' ? 'trajectory' : 'arpo';
-      const what = variant === 'arpo' ? 'ARPO' : variant === 'arpo-spec' ? 'ARPO (speculative refills)' : 'GRPO (trajectory-level)';
-      o.log(`[bench] e2e: ${what} seed ${seed}, ${o.steps} steps`);
       const runDir = path.join(o.workDir, `${variant}-seed${seed}`);
       const spec: E2ERunSpec = { envDir: checkpoint.envDir, modelDir: checkpoint.modelDir, runDir, seed, mode, steps: o.steps, quick: o.quick };
       if (variant === 'arpo-spec') spec.speculativeRefills = true;
-      raw.push(await runOne(o, spec));
-    }
+      spec.lockstep = { dir: lockDir, index, count: variants.length };
+      return spec;
+    });
+    raw.push(...(await Promise.all(specs.map((spec) => runOne(o, spec)))));
   }
   const runs = raw.map(summariseRun);
   // The checkpoint's tool use when sampling (temperature 1, as training does): step 1 of the GRPO runs,
@@ -247,6 +254,7 @@ export function e2eTables(r: E2EResult): string {
     `Both modes: M = ${s.budget} trajectories per prompt (ARPO: N = ${s.initialSamples} global samples, then entropy branching; budget left over ` +
       `is refilled with fresh global samples), ${s.batchPrompts} prompts per step, tool-call limit ${s.toolCallLimit}, ${s.maxResponseTokens} response tokens, ` +
       `${s.steps} steps, the same prompts and seeds (${s.seeds.join(', ')}), GRPO advantages (soft attribution), held-out = ${s.validExamples} valid questions. ` +
+      `A seed's runs are separate processes that take turns one training step at a time (rollout + update; bench/lockstep.ts), so the machine's drifts hit both modes' steps alike. ` +
       `Cells: median [min, max] over seeds; ratio = median over seeds of ARPO / GRPO.`,
   );
   const digits: Partial<Record<MetricKey, number>> = { engineCallsPerStep: 0, rowsPerEngineCall: 1, modelMsPerToken: 3, trajectoriesPerSecond: 2, tokensPerTrajectory: 1, tokensComputedPerTrajectory: 1, trainTokensPerSecond: 0, trainPeakExtraMiB: 1, processPeakMiB: 0 };
