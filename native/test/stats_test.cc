@@ -172,6 +172,19 @@ std::vector<bool> ref_allowed(const float* x, int64_t V, const SamplingParams& p
   return ok;
 }
 
+// Unpruned Gumbel-max over the allowed set (every token's draw computed):
+// the exact token the pruned samplers must give.
+int64_t unpruned_token(const std::vector<bool>& ok, const arpo_test::RefRow& ref, uint64_t key, int64_t V) {
+  double best = -kInf;
+  int64_t tok = -1;
+  for (int64_t j = 0; j < V; ++j)
+    if (ok[j] && ref.z[j] + arpo::rng::gumbel(key, j) > best) {
+      best = ref.z[j] + arpo::rng::gumbel(key, j);
+      tok = j;
+    }
+  return tok;
+}
+
 void test_sampling_exact_and_sets() {
   Random r(4);
   const int64_t T = 24, V = 1001;
@@ -189,17 +202,8 @@ void test_sampling_exact_and_sets() {
     for (int64_t t = 0; t < T; ++t) {
       const float* row = x.data() + t * V;
       const auto ok = ref_allowed(row, V, p);
-      // Unpruned Gumbel-max over the allowed set: the exact token.
-      const uint64_t key = arpo::rng::row_key(p.seed, streams[t], pos[t]);
       const auto ref = arpo_test::ref_row(row, V, p.temperature);
-      double best = -kInf;
-      int64_t tok = -1;
-      for (int64_t j = 0; j < V; ++j)
-        if (ok[j] && ref.z[j] + arpo::rng::gumbel(key, j) > best) {
-          best = ref.z[j] + arpo::rng::gumbel(key, j);
-          tok = j;
-        }
-      wrong += d.tokens[t] != tok;
+      wrong += d.tokens[t] != unpruned_token(ok, ref, arpo::rng::row_key(p.seed, streams[t], pos[t]), V);
       outside += !ok[d.tokens[t]];
       CHECK_CLOSE(d.logp[t], ref.logp(d.tokens[t]), 2e-5, 2e-5);
       CHECK_CLOSE(d.ent[t], ref.entropy, 2e-5, 2e-5);
@@ -285,16 +289,8 @@ void test_sampling_exact_scales() {
         for (int64_t t = 0; t < T; ++t) {
           const float* row = x.data() + t * V;
           const auto ok = ref_allowed(row, V, p);
-          const uint64_t key = arpo::rng::row_key(p.seed, streams[t], pos[t]);
           const auto ref = arpo_test::ref_row(row, V, p.temperature);
-          double best = -kInf;
-          int64_t tok = -1;
-          for (int64_t j = 0; j < V; ++j)
-            if (ok[j] && ref.z[j] + arpo::rng::gumbel(key, j) > best) {
-              best = ref.z[j] + arpo::rng::gumbel(key, j);
-              tok = j;
-            }
-          wrong += d.tokens[t] != tok;
+          wrong += d.tokens[t] != unpruned_token(ok, ref, arpo::rng::row_key(p.seed, streams[t], pos[t]), V);
           ++rows;
         }
       }

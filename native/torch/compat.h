@@ -59,12 +59,26 @@ constexpr bool kCudaBuild =
 // n <= 0 means every core: libtorch's own default is its count of physical
 // cores as cpuinfo sees them, which on a 2-vCPU VM was 1 (so model.threads 0
 // ran libtorch's ops and the addon's kernels on one thread).
+// OpenBLAS's thread-count calls, found at run time (null where libtorch's
+// BLAS is another, e.g. MKL).
+struct OpenBlasThreads {
+  void (*set)(int) = nullptr;
+  int (*get)() = nullptr;
+};
+inline const OpenBlasThreads& openblas_threads() {
+  static const OpenBlasThreads a = [] {
+    OpenBlasThreads x;
+    x.set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    x.get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    return x;
+  }();
+  return a;
+}
+
 inline void set_compute_threads(int n) {
   if (n <= 0) n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   at::set_num_threads(n);
-  using SetThreads = void (*)(int);
-  static const auto openblas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (openblas != nullptr) openblas(n);
+  if (openblas_threads().set != nullptr) openblas_threads().set(n);
 }
 
 // For its scope, OpenBLAS runs matmuls on the calling thread alone (a no-op
@@ -77,7 +91,7 @@ inline void set_compute_threads(int n) {
 class SingleThreadBlas {
  public:
   SingleThreadBlas() {
-    const Api& a = api();
+    const OpenBlasThreads& a = openblas_threads();
     if (a.set == nullptr || a.get == nullptr) return;
     std::lock_guard<std::mutex> lock(state().m);
     if (state().depth++ == 0) {
@@ -89,30 +103,17 @@ class SingleThreadBlas {
   ~SingleThreadBlas() {
     if (!active_) return;
     std::lock_guard<std::mutex> lock(state().m);
-    if (--state().depth == 0 && state().saved > 1) api().set(state().saved);
+    if (--state().depth == 0 && state().saved > 1) openblas_threads().set(state().saved);
   }
   SingleThreadBlas(const SingleThreadBlas&) = delete;
   SingleThreadBlas& operator=(const SingleThreadBlas&) = delete;
 
  private:
-  struct Api {
-    void (*set)(int) = nullptr;
-    int (*get)() = nullptr;
-  };
   struct State {
     std::mutex m;
     int depth = 0;
     int saved = 0;
   };
-  static const Api& api() {
-    static const Api a = [] {
-      Api x;
-      x.set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-      x.get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-      return x;
-    }();
-    return a;
-  }
   static State& state() {
     static State s;
     return s;
