@@ -242,6 +242,14 @@ Engine::Engine(const Model& model, KVCache::Options options, int32_t threads)
              model.dtype(), options, model.device()),
       threads_(threads) {}
 
+bool blas_on_calling_thread(const ModelConfig& c, int64_t tokens, int64_t sampled_rows) {
+  const int64_t h = c.hidden_size;
+  const int64_t weight = std::max({h * c.q_dim(), h * c.kv_dim(), h * c.intermediate_size});  // q/o, k/v, gate/up/down
+  const double largest = std::max(static_cast<double>(tokens) * static_cast<double>(weight),
+                                  static_cast<double>(sampled_rows) * static_cast<double>(c.vocab_size) * static_cast<double>(h));
+  return largest <= static_cast<double>(int64_t{1} << 24);
+}
+
 at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::vector<std::vector<int32_t>>& inputs) {
   const ModelConfig& c = model_.config();
   const int64_t P = static_cast<int64_t>(paths.size());
@@ -398,16 +406,8 @@ at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::v
     return out;
   };
 
-  // A call of at most ~4M multiply-adds (up to four tokens of the demo
-  // model; never a step of a 0.5B one) keeps OpenBLAS on this thread: waking
-  // its sleeping workers cost more than they saved (compat.h). No effect on
-  // any number: each matmul is the same whatever OpenBLAS's thread count
-  // (bench: 1 vs 2 threads, same tokens).
   std::optional<compat::SingleThreadBlas> one_blas_thread;
-  if (model_.device().is_cpu()) {
-    const int64_t h = c.hidden_size, per_token = c.num_hidden_layers * (h * (H + 2 * KVH) * D + H * D * h + 3 * h * c.intermediate_size);
-    if (N * per_token + P * c.vocab_size * h <= (int64_t{1} << 22)) one_blas_thread.emplace();
-  }
+  if (model_.device().is_cpu() && blas_on_calling_thread(c, N, P)) one_blas_thread.emplace();
   at::Tensor logits;
   {
     at::NoGradGuard no_grad;

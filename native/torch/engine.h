@@ -117,6 +117,19 @@ TokenStats score_sequences(const Model& model, const PackedSequences& packed, fl
 void score_rows(float* logprobs, float* entropies, const Model& model, const at::Tensor& hidden_rows,
                 const int32_t* targets, float temperature, int32_t threads);
 
+// Whether an engine call of `tokens` input tokens sampling `sampled_rows`
+// rows keeps OpenBLAS on the calling thread: its largest single matmul is at
+// most 2^24 multiply-adds (~0.3 ms on one core). Below that, waking
+// OpenBLAS's worker (tens of microseconds on a VM whose idle vCPU halts) for
+// each of a layer's seven matmuls cost more than the second core saved. The
+// rule before (the call's total at most 2^22) sent demo-model calls of 5+
+// rows to OpenBLAS's worker; against it, interleaved call by call in one
+// process: 8 rows 0.92x the time, 16 rows 0.97x, 2 and 32-128 rows 1.00x.
+// A 0.5B model's LM head alone is 136M multiply-adds per row, so its calls
+// always use the worker. No number depends on it: a matmul is the same on 1
+// and n OpenBLAS threads (device_test).
+bool blas_on_calling_thread(const ModelConfig& c, int64_t tokens, int64_t sampled_rows);
+
 struct DecodeResult {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs, entropies, norm_entropies;

@@ -335,6 +335,36 @@ void test_single_thread_blas() {
   arpo::compat::set_compute_threads(before);
 }
 
+// The engine's rule for one BLAS thread (engine.h): a call's largest matmul
+// at most 2^24 = 16,777,216 multiply-adds, boundaries worked out by hand.
+void test_blas_rule() {
+  ModelConfig demo;  // the demo model: hidden 128, MLP 384, 8 / 4 heads of 16, vocab 1,206
+  demo.hidden_size = 128;
+  demo.intermediate_size = 384;
+  demo.num_attention_heads = 8;
+  demo.num_key_value_heads = 4;
+  demo.head_dim = 16;
+  demo.vocab_size = 1206;
+  // LM head 1,206 x 128 = 154,368 per sampled row: 108 rows 16,671,744, 109 rows 16,826,112.
+  CHECK(arpo::model::blas_on_calling_thread(demo, 108, 108));
+  CHECK(!arpo::model::blas_on_calling_thread(demo, 109, 109));
+  // gate/up/down 128 x 384 = 49,152 per token: 341 tokens 16,760,832, 342 tokens 16,809,984.
+  CHECK(arpo::model::blas_on_calling_thread(demo, 341, 1));
+  CHECK(!arpo::model::blas_on_calling_thread(demo, 342, 1));
+  ModelConfig half;  // Qwen2-0.5B: hidden 896, MLP 4,864, 14 / 2 heads of 64, vocab 151,936
+  half.hidden_size = 896;
+  half.intermediate_size = 4864;
+  half.num_attention_heads = 14;
+  half.num_key_value_heads = 2;
+  half.head_dim = 64;
+  half.vocab_size = 151936;
+  CHECK(!arpo::model::blas_on_calling_thread(half, 1, 1));  // 136,134,656 in the LM head
+  CHECK(!arpo::model::blas_on_calling_thread(half, 4, 0));  // 4 x 4,358,144 = 17,432,576 in the MLP
+  CHECK(arpo::model::blas_on_calling_thread(half, 3, 0));   // 13,074,432
+  // Far past int64 when multiplied naively: still a plain "no".
+  CHECK(!arpo::model::blas_on_calling_thread(half, int64_t{1} << 40, int64_t{1} << 40));
+}
+
 }  // namespace
 
 int main() {
@@ -343,6 +373,7 @@ int main() {
     test_dispatch_cpu();
     test_compute_threads();
     test_single_thread_blas();
+    test_blas_rule();
     std::string why;
     at::Device dev(at::kCPU);
     if (!cuda_build()) {
