@@ -250,6 +250,14 @@ bool blas_on_calling_thread(const ModelConfig& c, int64_t tokens, int64_t sample
   return largest <= static_cast<double>(int64_t{1} << 24);
 }
 
+bool runs_inline(const ModelConfig& c, int64_t tokens, int64_t sampled_rows) {
+  const double h = static_cast<double>(c.hidden_size);
+  const double per_token = static_cast<double>(c.num_hidden_layers) *
+                           h * static_cast<double>(2 * c.q_dim() + 2 * c.kv_dim() + 3 * c.intermediate_size);
+  const double total = static_cast<double>(tokens) * per_token + static_cast<double>(sampled_rows) * static_cast<double>(c.vocab_size) * h;
+  return total <= static_cast<double>(int64_t{1} << 22);
+}
+
 at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::vector<std::vector<int32_t>>& inputs) {
   const ModelConfig& c = model_.config();
   const int64_t P = static_cast<int64_t>(paths.size());

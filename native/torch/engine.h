@@ -130,6 +130,14 @@ void score_rows(float* logprobs, float* entropies, const Model& model, const at:
 // and n OpenBLAS threads (device_test).
 bool blas_on_calling_thread(const ModelConfig& c, int64_t tokens, int64_t sampled_rows);
 
+// Whether an engine call is small enough for the addon to run it on the
+// calling (JavaScript) thread instead of the libuv pool: at most 2^22
+// multiply-adds in all (the layers' matmuls for every token and the LM head
+// for every sampled row; 1-4 tokens of the demo model, ~0.25 ms, never a
+// token of a 0.5B one). Handing such a call to a pool thread and its result
+// back took two thread wake-ups, about as long as the call itself.
+bool runs_inline(const ModelConfig& c, int64_t tokens, int64_t sampled_rows);
+
 struct DecodeResult {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs, entropies, norm_entropies;

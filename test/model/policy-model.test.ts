@@ -196,3 +196,45 @@ test('calls issued without awaiting run one at a time, in order', async () => {
   expect(s.logprobs[0]!.length).toBe(6);
   model.dispose();
 });
+
+test('small engine calls run on the JS thread, settle like the pooled ones and keep queue order', async () => {
+  // Two models with the same weights: one does the calls interleaved (a pooled
+  // prefill, then small decode calls queued behind it without awaiting), the
+  // other the same calls one at a time.
+  const make = () => PolicyModel.create(tinyConfig('qwen3', { max_position_embeddings: 1024 }), { threads: 1, seed: 5 });
+  const [a, b] = await Promise.all([make(), make()]);
+  const sampling = { temperature: 1, seed: 9 };
+  const long = Int32Array.from({ length: 300 }, (_, i) => (i * 7) % 50);
+  const run = async (m: PolicyModel, interleave: boolean) => {
+    const p = m.newPath(1);
+    const q = m.newPath(2);
+    await m.extend([q], [Int32Array.of(3, 4)], sampling);
+    const calls = [() => m.extend([p], [long], sampling), () => m.extend([q], [Int32Array.of(5)], sampling), () => m.extend([q], [Int32Array.of(6)], sampling)];
+    if (interleave) return Promise.all(calls.map((c) => c()));
+    const out = [];
+    for (const c of calls) out.push(await c());
+    return out;
+  };
+  const [x, y] = [await run(a, true), await run(b, false)];
+  for (let i = 0; i < x.length; i++) {
+    expect(Array.from(x[i]!.tokens)).toEqual(Array.from(y[i]!.tokens));
+    expect(Array.from(x[i]!.logprobs)).toEqual(Array.from(y[i]!.logprobs));
+  }
+  // The native call: a small one has run when it returns (the path already
+  // holds its tokens before any await); its promise carries the result.
+  type Raw = {
+    extend(p: Int32Array, t: Int32Array, l: Int32Array, s: object): Promise<{ tokens: Int32Array }>;
+    pathLength(p: number): number;
+  };
+  const native = (a as unknown as { native: Raw }).native;
+  const raw = { temperature: 1, topK: 0, topP: 1, seed: 3n };
+  const small = a.newPath(3);
+  const pending = native.extend(Int32Array.of(small), Int32Array.of(1, 2), Int32Array.of(2), raw);
+  expect(native.pathLength(small)).toBe(2);
+  expect((await pending).tokens.length).toBe(1);
+  // An error in a small call rejects its promise (no synchronous throw).
+  const bad = native.extend(Int32Array.of(12345), Int32Array.of(1), Int32Array.of(1), raw);
+  await expect(bad).rejects.toThrow('unknown or freed path 12345');
+  a.dispose();
+  b.dispose();
+});

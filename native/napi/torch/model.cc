@@ -318,6 +318,32 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
     task->Queue();
     return p;
   }
+  // queue(), except that a call the engine rates small (model::runs_inline)
+  // runs here on the JavaScript thread; its promise is settled before this
+  // returns, with the same value or error the pool would have given.
+  Napi::Value queue_or_inline(Napi::Env env, bool small, std::function<void(ModelState&)> work,
+                              std::function<Napi::Value(Napi::Env)> done) {
+    if (!small) return queue(env, std::move(work), std::move(done));
+    ModelState& s = live(env);
+    Napi::Promise::Deferred deferred = Napi::Promise::Deferred::New(env);
+    try {
+      {
+        model::ComputeLock compute;
+        std::lock_guard<std::mutex> lock(s.mu);
+        if (!s.model) throw std::runtime_error("the model was disposed");
+        if (std::getenv("ARPO_FTZ")) at::globalContext().setFlushDenormal(true);
+        work(s);
+      }
+      deferred.Resolve(done(env));
+    } catch (const Napi::Error& e) {
+      deferred.Reject(e.Value());
+    } catch (const std::exception& e) {
+      deferred.Reject(Napi::Error::New(env, message_of(e)).Value());
+    } catch (...) {
+      deferred.Reject(Napi::Error::New(env, "unknown native error").Value());
+    }
+    return deferred.Promise();
+  }
   // Runs a quick call synchronously under the mutex, mapping C++ errors.
   template <typename F>
   auto sync(Napi::Env env, F&& f) -> decltype(f(std::declval<ModelState&>())) {
@@ -434,8 +460,12 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
     sp.top_p = static_cast<float>(num_or(so, "topP", 1));
     sp.seed = u64(so.Get("seed"), "seed");
     auto result = std::make_shared<model::DecodeResult>();
-    return queue(
-        env, [paths, inputs, sp, result](ModelState& s) { *result = s.engine->extend(paths, inputs, sp); },
+    const ModelState& st = live(env);
+    int64_t tokens = 0;
+    for (const auto& in : inputs) tokens += static_cast<int64_t>(in.size());
+    const bool small = st.model->device().is_cpu() && model::runs_inline(st.model->config(), tokens, static_cast<int64_t>(paths.size()));
+    return queue_or_inline(
+        env, small, [paths, inputs, sp, result](ModelState& s) { *result = s.engine->extend(paths, inputs, sp); },
         [result](Napi::Env e) {
           Napi::Object o = Napi::Object::New(e);
           const size_t n = result->tokens.size();
