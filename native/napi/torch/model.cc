@@ -320,7 +320,9 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
   }
   // queue(), except that a call the engine rates small (model::runs_inline)
   // runs here on the JavaScript thread; its promise is settled before this
-  // returns, with the same value or error the pool would have given.
+  // returns, with the same value or error the pool would have given. It
+  // takes the same locks as a pooled task: while another model's task holds
+  // the compute lock (fork_guard.h), the JavaScript thread waits for it.
   Napi::Value queue_or_inline(Napi::Env env, bool small, std::function<void(ModelState&)> work,
                               std::function<Napi::Value(Napi::Env)> done) {
     if (!small) return queue(env, std::move(work), std::move(done));
