@@ -5,7 +5,7 @@
 // Why a pool: the engine calls these kernels for every layer of every decode
 // step, and starting a std::thread per chunk cost 26-38 microseconds each
 // time (a demo-model step is 4 layers of ~0.2-2 ms). Workers wait for the
-// next job spinning for a short while (kSpinMicros), then sleep; a caller
+// next job spinning for a short while (kSpin, 50 us), then sleep; a caller
 // that finds the pool busy (another thread's loop, or a loop nested in a
 // chunk) starts its own threads as before, so loops never wait on each other.
 #pragma once

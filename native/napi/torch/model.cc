@@ -48,6 +48,16 @@ std::string message_of(const std::exception& e) {
   return e.what();
 }
 
+// A task's work under the compute lock (no fork() while BLAS runs:
+// torch/fork_guard.h) and the model's mutex, on whichever thread runs it.
+void run_task(ModelState& s, const std::function<void(ModelState&)>& work) {
+  model::ComputeLock compute;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.model) throw std::runtime_error("the model was disposed");
+  if (std::getenv("ARPO_FTZ")) at::globalContext().setFlushDenormal(true);
+  work(s);
+}
+
 // Runs `work` on the libuv pool under the model's mutex; resolves with `done`.
 class ModelTask : public Napi::AsyncWorker {
  public:
@@ -60,11 +70,7 @@ class ModelTask : public Napi::AsyncWorker {
  protected:
   void Execute() override {
     try {
-      model::ComputeLock compute;  // no fork() while BLAS runs (torch/fork_guard.h)
-      std::lock_guard<std::mutex> lock(state_->mu);
-      if (!state_->model) throw std::runtime_error("the model was disposed");
-      if (std::getenv("ARPO_FTZ")) at::globalContext().setFlushDenormal(true);
-      work_(*state_);
+      run_task(*state_, work_);
     } catch (const std::exception& e) {
       SetError(message_of(e));
     } catch (...) {
@@ -329,13 +335,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
     ModelState& s = live(env);
     Napi::Promise::Deferred deferred = Napi::Promise::Deferred::New(env);
     try {
-      {
-        model::ComputeLock compute;
-        std::lock_guard<std::mutex> lock(s.mu);
-        if (!s.model) throw std::runtime_error("the model was disposed");
-        if (std::getenv("ARPO_FTZ")) at::globalContext().setFlushDenormal(true);
-        work(s);
-      }
+      run_task(s, work);
       deferred.Resolve(done(env));
     } catch (const Napi::Error& e) {
       deferred.Reject(e.Value());
