@@ -82,24 +82,27 @@ export interface DeepResearchOptions {
   readonly eosToken?: string;
   /** Bonus for a right answer that used both tools (reference: 0.1). */
   readonly multiToolBonus?: number;
+  /** Score of a response that fails the format check or has no extractable answer (reference: -1). */
+  readonly badFormatScore?: number;
 }
 
-/** The reference compute_score: -1 bad format, 0 wrong answer, F1 (+ bonus). */
+/** The reference compute_score: -1 bad format (`badFormatScore`), 0 wrong answer, F1 (+ bonus). */
 export function deepResearchReward(input: RewardInput, options: DeepResearchOptions = {}): RewardResult {
   const bonus = options.multiToolBonus ?? 0.1;
+  const bad = options.badFormatScore ?? -1;
   let response = input.response;
   const format = validateDeepResearchFormat(response);
-  if (!format.ok) return { score: -1, formatOk: false, accuracy: 0, answer: '', reason: `bad format: ${format.reason}` };
+  if (!format.ok) return { score: bad, formatOk: false, accuracy: 0, answer: '', reason: `bad format: ${format.reason}` };
   const eos = options.eosToken;
   if (eos && response.endsWith(eos)) response = response.slice(0, -eos.length);
   const answerPart = extractAnswerTag(response);
-  if (answerPart === null) return { score: -1, formatOk: false, accuracy: 0, answer: '', reason: 'cannot extract answer' };
+  if (answerPart === null) return { score: bad, formatOk: false, accuracy: 0, answer: '', reason: 'cannot extract answer' };
   let answer: string;
   try {
     answer = removeBoxed(lastBoxedOnlyString(answerPart));
   } catch (e) {
     if (!(e instanceof BoxError)) throw e;
-    return { score: -1, formatOk: false, accuracy: 0, answer: '', reason: `find box error: ${e.message}` };
+    return { score: bad, formatOk: false, accuracy: 0, answer: '', reason: `find box error: ${e.message}` };
   }
   const f1 = tokenF1(answer, input.groundTruth);
   if (f1 > 0 && usedSearchAndPython(response)) {

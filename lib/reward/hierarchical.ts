@@ -17,6 +17,8 @@ export interface HierarchicalRewardOptions {
   readonly extractAnswer?: (response: string) => string | null;
   /** r_M, the multi-tool bonus (paper and reference: 0.1). */
   readonly multiToolBonus?: number;
+  /** Score of a wrong format or an answer that cannot be extracted (paper and reference: -1). */
+  readonly badFormatScore?: number;
   /** When r_M applies (default: the response closed both a search and a python call). */
   readonly bonusApplies?: (response: string, input: RewardInput) => boolean;
   /** Stripped from the end of the response before extraction (e.g. `<|im_end|>`). */
@@ -46,6 +48,8 @@ export function defaultAccuracy(answer: string, input: RewardInput): number {
 export function hierarchicalReward(options: HierarchicalRewardOptions = {}): (input: RewardInput) => RewardResult {
   const bonus = options.multiToolBonus ?? 0.1;
   if (typeof bonus !== 'number' || !Number.isFinite(bonus)) throw invalidArgument('a finite number', 'multiToolBonus', bonus);
+  const bad = options.badFormatScore ?? -1;
+  if (typeof bad !== 'number' || !Number.isFinite(bad)) throw invalidArgument('a finite number', 'badFormatScore', bad);
   const accuracyOf = options.accuracy ?? defaultAccuracy;
   const formatOf = options.format ?? validateDeepResearchFormat;
   const extract = options.extractAnswer ?? extractBoxedFromAnswerTag;
@@ -53,10 +57,10 @@ export function hierarchicalReward(options: HierarchicalRewardOptions = {}): (in
   return (input: RewardInput): RewardResult => {
     let response = input.response;
     const format = formatOf(response);
-    if (!format.ok) return { score: -1, formatOk: false, accuracy: 0, answer: '', reason: `bad format: ${format.reason}` };
+    if (!format.ok) return { score: bad, formatOk: false, accuracy: 0, answer: '', reason: `bad format: ${format.reason}` };
     if (options.eosToken && response.endsWith(options.eosToken)) response = response.slice(0, -options.eosToken.length);
     const answer = extract(response);
-    if (answer === null) return { score: -1, formatOk: false, accuracy: 0, answer: '', reason: 'cannot extract answer' };
+    if (answer === null) return { score: bad, formatOk: false, accuracy: 0, answer: '', reason: 'cannot extract answer' };
     const acc = accuracyOf(answer, input);
     if (!Number.isFinite(acc)) throw invalidArgument('a finite accuracy', 'accuracy(answer)', acc);
     if (acc <= 0) return { score: 0, formatOk: true, accuracy: acc, answer, reason: 'wrong answer but good format' };

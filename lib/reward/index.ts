@@ -7,6 +7,6 @@ export { defaultAccuracy, extractBoxedFromAnswerTag, hierarchicalReward } from '
 export type { HierarchicalRewardOptions } from './hierarchical';
 export { parseLatexExpression } from './latex-expr';
 export { mathEquivalent, normalizeMathAnswer } from './math';
-export { computeReward, getReward, loadRewardModule, registerReward, rewardNames, toRewardResult } from './registry';
+export { computeReward, getReward, loadRewardModule, registerReward, rewardNames, toRewardResult, type BuiltinRewardOptions } from './registry';
 export { normalizeAnswer, tokenF1 } from './squad';
 export type { FormatVerdict, RewardFn, RewardInput, RewardResult } from './types';

@@ -7,12 +7,23 @@ import { hierarchicalReward } from './hierarchical';
 import { mathReward } from './math-reward';
 import type { RewardFn, RewardInput, RewardResult } from './types';
 
-/** The built-ins: the reference's reward, math equivalence, and the paper's hierarchical reward. */
-const registry = new Map<string, RewardFn>([
-  ['arpo-deep-research', (input) => deepResearchReward(input)],
-  ['math', mathReward],
-  ['hierarchical', hierarchicalReward()],
+/** What a run's `reward.*` options set on the built-ins that take them (the reference's values by default). */
+export interface BuiltinRewardOptions {
+  /** r_M, the multi-tool bonus (reference: 0.1). */
+  readonly multiToolBonus?: number;
+  /** Score of a badly formatted response (reference: -1). */
+  readonly badFormatScore?: number;
+}
+
+/** The built-ins that take options, by name. */
+const CONFIGURABLE: ReadonlyMap<string, (o: BuiltinRewardOptions) => RewardFn> = new Map<string, (o: BuiltinRewardOptions) => RewardFn>([
+  ['arpo-deep-research', (o) => (input) => deepResearchReward(input, o)],
+  ['hierarchical', (o) => hierarchicalReward(o)],
 ]);
+const BUILTIN_DEFAULTS = new Map<string, RewardFn>([...CONFIGURABLE].map(([name, make]) => [name, make({})]));
+
+/** The built-ins: the reference's reward, math equivalence, and the paper's hierarchical reward. */
+const registry = new Map<string, RewardFn>([...BUILTIN_DEFAULTS, ['math', mathReward]]);
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.:-]*$/;
 
@@ -26,10 +37,16 @@ export function registerReward(name: string, fn: RewardFn, options: { replace?: 
   registry.set(name, fn);
 }
 
-/** The reward registered under `name`; unknown names list the known ones. */
-export function getReward(name: string): RewardFn {
+/**
+ * The reward registered under `name`; unknown names list the known ones. With `options`, a
+ * built-in that takes them (arpo-deep-research, hierarchical) is built with them, unless a
+ * user replaced it (a replacement is returned as registered).
+ */
+export function getReward(name: string, options?: BuiltinRewardOptions): RewardFn {
   const fn = registry.get(name);
   if (!fn) throw unknownName('reward', name, [...registry.keys()]);
+  const make = CONFIGURABLE.get(name);
+  if (options && make && fn === BUILTIN_DEFAULTS.get(name)) return make(options);
   return fn;
 }
 

@@ -73,7 +73,8 @@ export const OPTIONS = {
   // ---------------------------------------------------------------- reward
   'reward.name': opt(z.string().min(1), 'arpo-deep-research', 'Reward function (registry name)'),
   'reward.module': opt(z.string().min(1).nullable(), null, 'TypeScript/JavaScript module registering extra rewards'),
-  'reward.multiToolBonus': opt(num(), 0.1, 'r_M: bonus when both search and python are used (hierarchical reward)'),
+  'reward.multiToolBonus': opt(num(), 0.1, 'r_M: bonus for a right answer that used both search and python (arpo-deep-research, hierarchical)'),
+  'reward.badFormatScore': opt(num(), -1, 'Score of a response that fails the format check (arpo-deep-research, hierarchical; the reference: -1)'),
   // ---------------------------------------------------------------- algorithm
   'algorithm.name': opt(z.enum(['arpo', 'grpo', 'dapo', 'reinforce++']), 'arpo', 'Algorithm preset: sets estimator, rollout mode and loss defaults'),
   'algorithm.estimator': opt(z.enum(['grpo', 'dr-grpo', 'rloo', 'reinforce++']), 'grpo', 'Advantage estimator'),

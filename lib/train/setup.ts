@@ -125,7 +125,7 @@ export async function buildTools(cfg: RunConfig, runDir: string): Promise<Tools>
 /** The reward of a run: a registered name, after loading the user's module if one is given. */
 export async function buildReward(cfg: RunConfig): Promise<RewardFn> {
   if (cfg.reward.module) await loadRewardModule(path.resolve(cfg.reward.module));
-  return getReward(cfg.reward.name);
+  return getReward(cfg.reward.name, { multiToolBonus: cfg.reward.multiToolBonus, badFormatScore: cfg.reward.badFormatScore });
 }
 
 /** A reward's output as a RewardResult (plain numbers count as score and accuracy). */

@@ -5,6 +5,8 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { computeReward, deepResearchReward, getReward, hierarchicalReward, loadRewardModule, registerReward, rewardNames } from '../../lib/reward';
+import { validateConfig } from '../../lib/train/config';
+import { buildReward } from '../../lib/train/setup';
 
 const both = '<search>q</search><result>r</result><python>x</python><result>1</result>';
 const resp = (answer: string, tools = '') => `<think>t</think>${tools}<answer>\\boxed{${answer}}</answer>`;
@@ -58,6 +60,35 @@ describe('rewards registry', () => {
   test('built-ins are registered; unknown names list them', () => {
     expect(rewardNames()).toEqual(expect.arrayContaining(['arpo-deep-research', 'hierarchical', 'math']));
     expect(() => getReward('f1')).toThrow(/^Unknown reward "f1"; known: .*arpo-deep-research, hierarchical, math/);
+  });
+
+  test("a run's reward.badFormatScore and reward.multiToolBonus reach the built-ins; the defaults are the reference's", async () => {
+    const bad = '<think>t</think><answer>Paris</answer>'; // no \\boxed{}: fails the format check
+    const broken = '<think>t</think><answer>\\boxed{Paris</answer>'; // passes the check, no extractable box
+    const right = resp('Paris', both);
+    for (const name of ['arpo-deep-research', 'hierarchical']) {
+      const reference = await buildReward(validateConfig({ reward: { name } }));
+      const input = (response: string) => ({ response, groundTruth: 'Paris', ability: 'qa' });
+      expect(await reference(input(bad))).toMatchObject({ score: -1, formatOk: false });
+      expect(await reference(input(right))).toMatchObject({ score: 1.1, accuracy: 1 });
+      const custom = await buildReward(validateConfig({ reward: { name, badFormatScore: 0, multiToolBonus: 0.25 } }));
+      expect(await custom(input(bad))).toMatchObject({ score: 0, formatOk: false, accuracy: 0 });
+      expect(await custom(input(broken))).toMatchObject({ score: 0, formatOk: false, accuracy: 0 });
+      expect(await custom(input(right))).toMatchObject({ score: 1.25, formatOk: true, accuracy: 1 });
+      expect(await custom(input(resp('Rome', both)))).toMatchObject({ score: 0, formatOk: true });
+    }
+    // The plain functions take the same options.
+    expect(deepResearchReward({ response: bad, groundTruth: 'Paris' }, { badFormatScore: -0.5 }).score).toBe(-0.5);
+    expect(hierarchicalReward({ badFormatScore: 0.5 })({ response: bad, groundTruth: 'Paris' }).score).toBe(0.5);
+    expect(() => hierarchicalReward({ badFormatScore: Number.POSITIVE_INFINITY })).toThrow('Expected a finite number for badFormatScore but received Infinity');
+    expect(() => validateConfig({ reward: { badFormatScore: 'low' } })).toThrow(/reward\.badFormatScore/);
+    // A user's replacement of a built-in name is used as registered, options or not.
+    registerReward('hierarchical', () => 7, { replace: true });
+    try {
+      expect(await (await buildReward(validateConfig({ reward: { name: 'hierarchical', badFormatScore: 0 } })))({ response: bad, groundTruth: 'Paris' })).toBe(7);
+    } finally {
+      registerReward('hierarchical', hierarchicalReward(), { replace: true });
+    }
   });
 
   test('registerReward: sync and async functions, numbers or results; bad scores are rejected', async () => {
