@@ -414,8 +414,13 @@ at::Tensor Engine::extend_logits(const std::vector<int32_t>& paths, const std::v
     return out;
   };
 
+  // Batch-invariant: every matmul is one kInvariantTileRows-row tile, so the rule
+  // is asked for one tile and answers the same for every call (OpenBLAS's bits
+  // can depend on its thread count; a call's size must not choose them).
   std::optional<compat::SingleThreadBlas> one_blas_thread;
-  if (model_.device().is_cpu() && blas_on_calling_thread(c, N, P)) one_blas_thread.emplace();
+  const bool one_thread = batch_invariant_ ? blas_on_calling_thread(c, kInvariantTileRows, kInvariantTileRows)
+                                           : blas_on_calling_thread(c, N, P);
+  if (model_.device().is_cpu() && one_thread) one_blas_thread.emplace();
   at::Tensor logits;
   {
     at::NoGradGuard no_grad;

@@ -126,8 +126,10 @@ void score_rows(float* logprobs, float* entropies, const Model& model, const at:
 // rows to OpenBLAS's worker; against it, interleaved call by call in one
 // process: 8 rows 0.92x the time, 16 rows 0.97x, 2 and 32-128 rows 1.00x.
 // A 0.5B model's LM head alone is 136M multiply-adds per row, so its calls
-// always use the worker. No number depends on it: a matmul is the same on 1
-// and n OpenBLAS threads (device_test).
+// always use the worker. Numbers can depend on it: on some CPUs OpenBLAS's
+// sgemm gives other bits on 1 and on n threads (device_test prints which),
+// within float rounding; so the batch-invariant engine asks the rule for one
+// invariant tile (kInvariantTileRows rows), the same answer for every call.
 bool blas_on_calling_thread(const ModelConfig& c, int64_t tokens, int64_t sampled_rows);
 
 // Whether an engine call is small enough for the addon to run it on the

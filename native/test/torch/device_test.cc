@@ -300,7 +300,7 @@ void test_compute_threads() {
 
 // compat::SingleThreadBlas: OpenBLAS on one thread for the scope (the
 // engine's small calls), the count before restored when the last of
-// overlapping scopes ends; a matmul gives the same bits either way.
+// overlapping scopes ends; a matmul gives the same product either way.
 void test_single_thread_blas() {
   const auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   if (get == nullptr) {
@@ -317,7 +317,13 @@ void test_single_thread_blas() {
   {
     arpo::compat::SingleThreadBlas one;
     CHECK(get() == 1);
-    CHECK(at::matmul(a, b).equal(many));
+    // The same product within float rounding; bitwise only where this CPU's
+    // OpenBLAS kernel sums in the same order on 1 and 3 threads (not so on the
+    // reference VM under one host kernel: the engine must not rely on it).
+    const at::Tensor single = at::matmul(a, b);
+    CHECK(arpo_test::tolerance_ratio(single, many, 1e-5, 1e-4) <= 1.0);
+    std::printf("single-thread BLAS scope: a 96x512x640 matmul on 1 vs 3 OpenBLAS threads is %s\n",
+                single.equal(many) ? "bitwise equal" : "equal within float rounding, not bitwise");
     std::thread other([&] {
       arpo::compat::SingleThreadBlas nested;
       CHECK(get() == 1);

@@ -11,6 +11,7 @@
 
 #include "test/check.h"
 #include "tiny_model.h"
+#include "torch/compat.h"
 #include "torch/engine.h"
 #include "torch/model.h"
 
@@ -112,11 +113,56 @@ void test_engine_invariance() {
   at::set_num_threads(1);
 }
 
+// A call large enough to cross the engine's OpenBLAS thread rule
+// (blas_on_calling_thread) must not change a path's bits in invariant mode: on
+// some CPUs OpenBLAS's sgemm gives other bits on 1 and on n threads (measured
+// on this project's reference VM under one host kernel: a 96x512x640 matmul).
+// Vocabulary 65,536 at hidden 32: one sampled row is 2^21 multiply-adds in the
+// LM head, so a call sampling 9+ rows crosses 2^24; an 8-row tile does not.
+void test_invariance_across_blas_rule() {
+  Model m(tiny_config("qwen3", 65536), at::kFloat);
+  m.init_weights(9);
+  CHECK(blas_on_calling_thread(m.config(), 1, 1));
+  CHECK(!blas_on_calling_thread(m.config(), 24, 24));
+  arpo::compat::set_compute_threads(2);
+  const int64_t V = m.config().vocab_size;
+  auto path_a = [&](int company) {
+    Engine e(m, KVCache::Options{4, 8, 0}, 1);
+    e.set_batch_invariant(true);
+    KVCache& kv = e.cache();
+    const int32_t a = kv.new_path(0);
+    std::vector<int32_t> paths = {a};
+    std::vector<std::vector<int32_t>> inputs = {random_tokens(5, V, 3)};
+    for (int i = 0; i < company; ++i) {
+      paths.push_back(kv.new_path(1 + i));
+      inputs.push_back(random_tokens(1 + i % 3, V, 100 + i));
+    }
+    std::vector<at::Tensor> out;
+    at::Tensor lg = e.extend_logits(paths, inputs);  // prefill: all paths in one call
+    out.push_back(lg[0].clone());
+    for (int step = 0; step < 3; ++step) {  // decode: every path one token
+      for (auto& in : inputs) in = {static_cast<int32_t>((31 * step + 7 + in.size()) % V)};
+      inputs[0] = {static_cast<int32_t>((13 * step + 2) % V)};
+      lg = e.extend_logits(paths, inputs);
+      out.push_back(lg[0].clone());
+    }
+    return out;
+  };
+  const auto alone = path_a(0);
+  const auto crowded = path_a(23);  // 24 sampled rows a call: over the rule's line
+  int bitwise = 0;
+  for (size_t s = 0; s < alone.size(); ++s) bitwise += crowded[s].equal(alone[s]);
+  CHECK(bitwise == static_cast<int>(alone.size()));
+  std::printf("  across the BLAS thread rule (2 threads): %d / %zu steps bitwise equal alone vs in a 24-path call\n", bitwise, alone.size());
+  arpo::compat::set_compute_threads(1);
+}
+
 }  // namespace
 
 int main() {
   at::set_num_threads(1);
   test_invariant_linear();
   test_engine_invariance();
+  test_invariance_across_blas_rule();
   return arpo_test::summary();
 }
