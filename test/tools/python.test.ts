@@ -202,6 +202,48 @@ describe('escapes are contained', () => {
     fs.rmSync(hostTmp, { force: true });
   });
 
+  ifNs('every world-writable folder is a private tmpfs; /tmp holds only the work folder, 0700 and the sandbox\'s', async () => {
+    const small = mkSandbox({ uid: UID, gid: UID, isolation: MODE, tmpBytes: 32 * 1024 ** 2 });
+    const r = await small.run(
+      [
+        'import os, json',
+        'mounts = {}',
+        'for line in open("/proc/self/mounts"):',
+        '    src, target, kind, opts = line.split()[:4]',
+        '    mounts[target] = (src, kind, sorted(o for o in opts.split(",") if o.split("=")[0] in ("size", "nosuid", "nodev")), oct(os.stat(target).st_mode & 0o7777))',
+        'dirs = [d for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock") if os.path.isdir(d)]',
+        'st = os.stat("/tmp/work")',
+        'print(json.dumps({"dirs": dirs, "mounts": {d: mounts.get(d) for d in dirs}, "tmp": os.listdir("/tmp"), "work": [oct(st.st_mode & 0o7777), st.st_uid, st.st_gid], "cwd": os.getcwd()}))',
+      ].join('\n'),
+    );
+    expect(r.stderr).toBe('');
+    await small.settled();
+    const got = JSON.parse(r.stdout) as { dirs: string[]; mounts: Record<string, [string, string, string[], string]>; tmp: string[]; work: [string, number, number]; cwd: string };
+    // The host's folders that exist, each a tmpfs of its own size, nosuid and nodev.
+    const onHost = ['/tmp', '/var/tmp', '/dev/shm', '/run/lock'].filter((d) => fs.existsSync(d));
+    expect(got.dirs).toEqual(onHost);
+    for (const d of got.dirs) {
+      const size = d === '/tmp' ? 32 * 1024 : 16 * 1024;
+      expect([d, got.mounts[d]]).toEqual([d, ['arpo-sandbox', 'tmpfs', ['nodev', 'nosuid', `size=${size}k`], '0o1777']]);
+    }
+    expect(got.tmp).toEqual(['work']);
+    expect(got.cwd).toBe('/tmp/work');
+    expect(got.work[0]).toBe('0o700');
+    // Owned by the run's uid (one of the pool's) and the sandbox group.
+    if (iso.user === 'uid') expect(got.work[1] >= UID && got.work[1] < UID + POOL && got.work[2] === UID).toBe(true);
+  });
+
+  test.each(['detected', 'ulimit'] as const)('resource limits (%s) are the ones asked for', async (how) => {
+    const s = mkSandbox({ uid: UID, gid: UID, isolation: MODE, cpuSeconds: 7, memoryBytes: 300 * 1024 ** 2, maxProcesses: 40, maxFileBytes: 3 * 1024 ** 2 });
+    // The sh ulimit fallback (where prlimit is missing), forced on this machine.
+    if (how === 'ulimit') Object.assign(s, { isolation: { ...s.isolation, limits: 'ulimit' } });
+    const r = await s.run('import resource as r\nprint([r.getrlimit(x) for x in (r.RLIMIT_CPU, r.RLIMIT_AS, r.RLIMIT_NPROC, r.RLIMIT_FSIZE, r.RLIMIT_NOFILE, r.RLIMIT_CORE)])');
+    await s.settled();
+    expect(r.stderr).toBe('');
+    const mb = 1024 ** 2;
+    expect(r.stdout.trim()).toBe(`[(7, 8), (${300 * mb}, ${300 * mb}), (40, 40), (${3 * mb}, ${3 * mb}), (256, 256), (0, 0)]`);
+  });
+
   test('sockets cannot reach anything, not even localhost', async () => {
     let connections = 0;
     const server = net.createServer((s) => {
