@@ -60,7 +60,7 @@ interface ToolDone {
   atMs: number;
 }
 
-type BatchEntry = { root: PromptState } | { path: PathState } | { refill: SpeculativeRefill };
+type BatchEntry = { root: PromptState } | { path: PathState } | { refill: SpeculativeRefill; prompt: PromptState };
 
 /** How a sampled token ends its segment, if it does (the checks in onSample's order). */
 type SegmentEnd = { finish: FinishReason } | { call: { tag: string; content: string } } | null;
@@ -334,7 +334,7 @@ class RolloutRun {
       const p = this.prompts[(this.rotation + i) % count] as PromptState;
       for (const refill of p.speculative) {
         if (refill.parked || !refill.input || refill.inFlight || !fits(refill.input.length)) continue;
-        batch.push({ refill });
+        batch.push({ refill, prompt: p });
         tokens += refill.input.length;
       }
     }
@@ -346,18 +346,29 @@ class RolloutRun {
     const ids: number[] = [];
     const inputs: Int32Array[] = [];
     let tokens = 0;
+    let keys = 0;
     for (const e of batch) {
+      // The row's cached length after the call: the prompt's prefill, or the prompt and the response so far.
+      let after: number;
       if ('root' in e) {
         e.root.rootInFlight = true;
         ids.push(e.root.rootEngineId);
         inputs.push(e.root.rootInput as Int32Array);
+        after = (e.root.rootInput as Int32Array).length;
+      } else if ('path' in e) {
+        e.path.inFlight = true;
+        ids.push(e.path.engineId);
+        inputs.push(e.path.input as Int32Array);
+        after = e.path.prompt.promptTokens.length + e.path.responseTokens;
       } else {
-        const x = 'path' in e ? e.path : e.refill;
-        x.inFlight = true;
-        ids.push(x.engineId);
-        inputs.push(x.input as Int32Array);
+        e.refill.inFlight = true;
+        ids.push(e.refill.engineId);
+        inputs.push(e.refill.input as Int32Array);
+        after = e.prompt.promptTokens.length + e.refill.tokens.length;
       }
-      tokens += (inputs[inputs.length - 1] as Int32Array).length;
+      const n = (inputs[inputs.length - 1] as Int32Array).length;
+      tokens += n;
+      keys += n * (after - n) + (n * (n + 1)) / 2;
     }
     this.m.tokensComputed += tokens;
     const sampling: TopLogprobsSampling = { temperature: this.s.temperature, topK: this.s.topK, topP: this.s.topP, seed: this.seed };
@@ -373,7 +384,7 @@ class RolloutRun {
     // Accounted before the samples change any path's state (the batch's paths are still inFlight).
     accountSlots(this.prompts, ms, this.m.slotMs);
     if (this.trace) {
-      this.trace.engineCalls.push({ atMs: t - this.t0, ms, rows: batch.length, tokens, prefills: batch.filter((e) => 'root' in e).length, speculative: batch.filter((e) => 'refill' in e).length });
+      this.trace.engineCalls.push({ atMs: t - this.t0, ms, rows: batch.length, tokens, keys, prefills: batch.filter((e) => 'root' in e).length, speculative: batch.filter((e) => 'refill' in e).length });
     }
     if (!out || out.tokens?.length !== batch.length) {
       throw new ArpoError('NATIVE_OP_FAILED', `rollout: engine.extend returned ${out?.tokens?.length} tokens for ${batch.length} paths`);

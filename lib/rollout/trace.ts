@@ -35,6 +35,11 @@ export interface EngineCallTrace {
   /** Paths in the call (prompt prefills included) and tokens fed. */
   rows: number;
   tokens: number;
+  /**
+   * Attention keys the call's new tokens read: for a row of n new tokens after
+   * L cached ones, n * L + n (n + 1) / 2 (a decode row: its context length).
+   */
+  keys: number;
   prefills: number;
   /** Rows of speculative refills (not budget slots until kept). */
   speculative: number;

@@ -173,7 +173,7 @@ export class FakeEngine implements GenerationEngine {
   maxBatch = 0;
   peakLive = 0;
   /** Every (path, input length) of every call, for batching checks. */
-  readonly calls: { paths: number[]; streams: bigint[]; lengths: number[] }[] = [];
+  readonly calls: { paths: number[]; streams: bigint[]; lengths: number[]; keys: number }[] = [];
 
   constructor(opts: Partial<FakeModelOptions> = {}, private readonly delay: () => number = () => 0) {
     this.opts = { ...DEFAULT_MODEL, ...opts };
@@ -238,7 +238,13 @@ export class FakeEngine implements GenerationEngine {
     const seed = u64(sampling.seed);
     this.extendCalls++;
     this.maxBatch = Math.max(this.maxBatch, n);
-    this.calls.push({ paths: [...paths], streams: paths.map((p) => this.get(p).stream), lengths: inputs.map((x) => x.length) });
+    // Attention keys the new tokens read, from the cached lengths: token t of a row attends over L + t + 1 positions.
+    let keys = 0;
+    paths.forEach((p, i) => {
+      const L = this.get(p).tokens.length;
+      for (let t = 0; t < (inputs[i] as Int32Array).length; t++) keys += L + t + 1;
+    });
+    this.calls.push({ paths: [...paths], streams: paths.map((p) => this.get(p).stream), lengths: inputs.map((x) => x.length), keys });
     for (let i = 0; i < n; i++) {
       const p = this.get(paths[i] as number);
       const input = inputs[i] as Int32Array;

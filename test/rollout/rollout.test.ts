@@ -504,10 +504,12 @@ describe('where the time goes (slot accounting and the trace)', () => {
   const sum = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0);
 
   test.each(['arpo', 'trajectory'] as const)('%s: the trace adds up to the metrics; every tool wait is a tool slot', async (mode) => {
-    const { result } = await run({ mode, budget: 6, initialSamples: 2, branchProbability: 1, toolCallLimit: 3, trace: true, speculativeRefills: true }, { latency: () => 25 });
+    const { result, engine } = await run({ mode, budget: 6, initialSamples: 2, branchProbability: 1, toolCallLimit: 3, trace: true, speculativeRefills: true }, { latency: () => 25 });
     const m = result.metrics;
     const t = result.trace!;
     expect(t.engineCalls).toHaveLength(m.engineCalls);
+    // Each call's attention keys against the engine's own cached lengths.
+    expect(t.engineCalls.map((c) => c.keys)).toEqual(engine.calls.map((c) => c.keys));
     expect(sum(t.engineCalls.map((c) => c.rows))).toBe(m.engineRows);
     expect(sum(t.engineCalls.map((c) => c.tokens))).toBe(m.tokensComputed);
     expect(sum(t.engineCalls.map((c) => c.ms))).toBeCloseTo(m.modelMs, 6);
