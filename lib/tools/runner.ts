@@ -7,7 +7,12 @@ import type { Tool, ToolOutput, ToolRunResult } from './tool';
 
 /** Options of {@link ToolRunner}; all optional. */
 export interface ToolRunnerOptions {
-  /** Calls running at once over all tools (default 8); the rest wait in FIFO order. */
+  /**
+   * Calls of one tool running at once (default 8); the rest wait in FIFO
+   * order. Each mounted tool has its own limit and queue, so a quick tool
+   * (an in-process search) never waits behind a slow one's calls (sandboxed
+   * python).
+   */
   concurrency?: number;
   /** Wall limit of one attempt in ms (default 60000; the reference's tool timeout is 60 s). */
   timeoutMs?: number;
@@ -140,7 +145,8 @@ export class ToolRunner {
   private readonly tools = new Map<string, Tool>();
   private readonly stats = new Map<string, ToolMetrics>();
   private readonly inflight = new Map<string, Promise<ToolRunResult>>();
-  private readonly pool: Pool;
+  /** One pool of `concurrency` slots per mounted tag. */
+  private readonly pools = new Map<string, Pool>();
 
   constructor(options: ToolRunnerOptions = {}) {
     if (options === null || typeof options !== 'object') throw invalidArgument('an options object', 'options', options);
@@ -156,7 +162,6 @@ export class ToolRunner {
     if (replay !== 'off' && !options.cache) throw invalidArgument(`a cache for replay mode ${replay}`, 'cache', options.cache);
     this.replay = replay;
     this.ownsCache = options.ownsCache ?? false;
-    this.pool = new Pool(this.concurrency);
   }
 
   /** Mounts a tool under its tag; a tag holds one tool. */
@@ -169,6 +174,7 @@ export class ToolRunner {
     const held = this.tools.get(tool.tag);
     if (held) throw new ArpoError('INVALID_ARGUMENT', `Tag ${JSON.stringify(tool.tag)} already holds tool ${JSON.stringify(held.name)}`);
     this.tools.set(tool.tag, tool);
+    this.pools.set(tool.tag, new Pool(this.concurrency));
     if (!this.stats.has(tool.name)) {
       this.stats.set(tool.name, { calls: 0, ok: 0, failures: 0, timeouts: 0, retries: 0, cacheHits: 0, totalMs: 0, maxMs: 0 });
     }
@@ -187,9 +193,11 @@ export class ToolRunner {
     return t;
   }
 
-  /** Calls queued behind the concurrency limit right now. */
+  /** Calls queued behind their tool's concurrency limit right now (all tools). */
   get queued(): number {
-    return this.pool.queued;
+    let n = 0;
+    for (const p of this.pools.values()) n += p.queued;
+    return n;
   }
 
   /** Per-tool counters (copies), keyed by tool name. */
@@ -298,7 +306,7 @@ export class ToolRunner {
   private async execute(tool: Tool, content: string, signal: AbortSignal | undefined): Promise<ToolRunResult> {
     let release: () => void;
     try {
-      release = await this.pool.acquire(signal);
+      release = await (this.pools.get(tool.tag) as Pool).acquire(signal);
     } catch {
       return cancelled(tool.tag, 0);
     }

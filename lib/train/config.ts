@@ -67,7 +67,7 @@ export const OPTIONS = {
   'tools.python.timeoutMs': opt(int(100), 10000, 'Wall timeout per python call'),
   'tools.python.warm': opt(int(0), 4, 'Python sandboxes started ahead of their calls (each a fresh, isolated process that runs one call; 0: start one per call). Cuts a call from ~60-140 ms to ~10 ms'),
   'tools.python.isolation': opt(z.enum(['full', 'basic']), 'full', 'full: network, mount and pid namespaces, rlimits and (as root) a sandbox uid, or refuse to start saying what is missing; basic: explicitly accept the fallback (socket guard, temp dir, process group, rlimits), recorded in run.json and the log'),
-  'tools.concurrency': opt(int(1), 4, 'Tool calls running at once'),
+  'tools.concurrency': opt(int(1), 4, 'Calls of one tool running at once (each tool has its own limit and queue: a search never waits behind python calls)'),
   'tools.maxOutputChars': opt(int(64), 4000, 'Truncate tool output to this many characters'),
   'tools.replayCache': opt(z.string().min(1).nullable(), null, 'Record/replay tool calls in this cache file'),
   // ---------------------------------------------------------------- reward

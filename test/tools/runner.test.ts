@@ -55,6 +55,27 @@ test('concurrency never exceeds the pool size and every call completes', async (
   expect((m?.totalMs ?? 0) / 12).toBeGreaterThanOrEqual(15);
 });
 
+test('each tool has its own limit and queue: a quick tool never waits behind a slow one', async () => {
+  const slow = new ScriptedTool('slow', async (_c, _n, ctx) => {
+    await delay(200, ctx.signal);
+    return 'slow done';
+  });
+  const quick = new ScriptedTool('quick', async () => 'quick done');
+  const runner = new ToolRunner({ concurrency: 2 }).register(slow).register(quick);
+  const t0 = performance.now();
+  const slowCalls = Array.from({ length: 6 }, (_, i) => runner.run('slow', String(i)));
+  // Four slow calls wait for the two running ones; the quick call runs at once.
+  expect(runner.queued).toBe(4);
+  const q = await runner.run('quick', 'x');
+  expect(q).toMatchObject({ text: 'quick done', ok: true });
+  expect(performance.now() - t0).toBeLessThan(150);
+  expect(slow.active).toBe(2);
+  const done = await Promise.all(slowCalls);
+  expect(done.every((r) => r.text === 'slow done')).toBe(true);
+  expect(slow.maxActive).toBe(2);
+  expect(runner.queued).toBe(0);
+});
+
 test('a timed-out call returns an explanatory text and aborts the tool', async () => {
   let sawAbort = false;
   const tool = new ScriptedTool('slow', async (_c, _n, ctx) => {
