@@ -575,7 +575,7 @@ export class PythonSandbox {
       const script = [
         'set -e',
         `mount -t tmpfs -o ${tmpOpts} tmpfs /tmp`,
-        `{ for d in /var/tmp /dev/shm /run/lock; do if [ -d "$d" ]; then printf 'arpo-sandbox %s tmpfs ${smallOpts} 0 0\n' "$d"; fi; done; printf 'arpo-sandbox /tmp tmpfs ${tmpOpts} 0 0\n'; } > /tmp/.arpo-mounts`,
+        `{ for d in /var/tmp /dev/shm /run/lock; do if [ -d "$d" ]; then printf 'arpo-sandbox %s tmpfs ${smallOpts} 0 0\\n' "$d"; fi; done; printf 'arpo-sandbox /tmp tmpfs ${tmpOpts} 0 0\\n'; } > /tmp/.arpo-mounts`,
         `mount --all --fstab /tmp/.arpo-mounts 2>/dev/null || { for d in /var/tmp /dev/shm /run/lock; do if [ -d "$d" ]; then mount -t tmpfs -o ${smallOpts} tmpfs "$d"; fi; done; mount -t tmpfs -o ${tmpOpts} tmpfs /tmp; }`,
         `${workDir} && cd /tmp/work`,
         'set +e',
