@@ -355,16 +355,12 @@ class RolloutRun {
         ids.push(e.root.rootEngineId);
         inputs.push(e.root.rootInput as Int32Array);
         after = (e.root.rootInput as Int32Array).length;
-      } else if ('path' in e) {
-        e.path.inFlight = true;
-        ids.push(e.path.engineId);
-        inputs.push(e.path.input as Int32Array);
-        after = e.path.prompt.promptTokens.length + e.path.responseTokens;
       } else {
-        e.refill.inFlight = true;
-        ids.push(e.refill.engineId);
-        inputs.push(e.refill.input as Int32Array);
-        after = e.prompt.promptTokens.length + e.refill.tokens.length;
+        const x = 'path' in e ? e.path : e.refill;
+        x.inFlight = true;
+        ids.push(x.engineId);
+        inputs.push(x.input as Int32Array);
+        after = 'path' in e ? e.path.prompt.promptTokens.length + e.path.responseTokens : e.prompt.promptTokens.length + e.refill.tokens.length;
       }
       const n = (inputs[inputs.length - 1] as Int32Array).length;
       tokens += n;

@@ -571,12 +571,13 @@ export class PythonSandbox {
       // has no --fstab (busybox), the mounts go one by one as before.
       const tmpOpts = `size=${this.tmpBytes},mode=1777,nosuid,nodev`;
       const smallOpts = 'size=16m,mode=1777,nosuid,nodev';
+      const eachSmallDir = (then: string) => `for d in /var/tmp /dev/shm /run/lock; do if [ -d "$d" ]; then ${then}; fi; done`;
       const workDir = iso.user === 'uid' ? `install -d -m 700 -o ${uid} -g ${this.gid} /tmp/work` : 'mkdir -m 700 /tmp/work';
       const script = [
         'set -e',
         `mount -t tmpfs -o ${tmpOpts} tmpfs /tmp`,
-        `{ for d in /var/tmp /dev/shm /run/lock; do if [ -d "$d" ]; then printf 'arpo-sandbox %s tmpfs ${smallOpts} 0 0\\n' "$d"; fi; done; printf 'arpo-sandbox /tmp tmpfs ${tmpOpts} 0 0\\n'; } > /tmp/.arpo-mounts`,
-        `mount --all --fstab /tmp/.arpo-mounts 2>/dev/null || { for d in /var/tmp /dev/shm /run/lock; do if [ -d "$d" ]; then mount -t tmpfs -o ${smallOpts} tmpfs "$d"; fi; done; mount -t tmpfs -o ${tmpOpts} tmpfs /tmp; }`,
+        `{ ${eachSmallDir(`printf 'arpo-sandbox %s tmpfs ${smallOpts} 0 0\\n' "$d"`)}; printf 'arpo-sandbox /tmp tmpfs ${tmpOpts} 0 0\\n'; } > /tmp/.arpo-mounts`,
+        `mount --all --fstab /tmp/.arpo-mounts 2>/dev/null || { ${eachSmallDir(`mount -t tmpfs -o ${smallOpts} tmpfs "$d"`)}; mount -t tmpfs -o ${tmpOpts} tmpfs /tmp; }`,
         `${workDir} && cd /tmp/work`,
         'set +e',
         // sh's own notices ("Killed", "CPU time limit exceeded") would read as the
