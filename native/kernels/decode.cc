@@ -353,6 +353,124 @@ void decode_attention_impl(T* out, const T* q, const T* kpool, const T* vpool, c
   }
 }
 
+
+// ---- linear_rows: out (M, N) = x (M, K) W (N, K)^T + bias, read in place.
+// A register tile of MR rows x NR outputs accumulates K in vectors of the
+// width (each accumulator one output's partial sums, lane by lane), then adds
+// its lanes in a fixed tree, the K % width tail in order and the bias last.
+// So an output's sum runs in one order that depends on K alone, never on M,
+// the tile it falls in or the thread split.
+#if defined(__AVX512F__)
+constexpr int kLinearNR = 4;  // 16 accumulators + 4 weight vectors + 1 row: 21 of 32 registers
+#else
+constexpr int kLinearNR = 2;  // a 64-byte vector is 2 AVX2 (or 4 SSE/NEON) registers
+#endif
+constexpr int kLinearMR = 4;
+
+template <class T>
+inline T vec_sum(Vec<T> v) {
+  constexpr int W = static_cast<int>(kWidth<T>);
+  T t[W];
+  std::memcpy(t, &v, sizeof v);
+  for (int w = W / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) t[i] += t[i + w];
+  return t[0];
+}
+
+// The lane sums of kWidth<T> vectors at once: lane j of the result is
+// vec_sum(v[j]), in the same order (rounds of adding lanes S apart, S = W/2
+// .. 1, each round also halving the vectors by interleaving pairs), ~2
+// shuffles and one add per vector instead of a horizontal sum each.
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+template <class T, int S>
+inline void lane_sum_round(Vec<T>* v) {
+  constexpr auto idx = std::make_index_sequence<static_cast<size_t>(kWidth<T>)>{};
+  for (int i = 0; i < S; ++i) v[i] = swap_low<T, S>(v[i], v[i + S], idx) + swap_high<T, S>(v[i], v[i + S], idx);
+}
+template <class T>
+inline Vec<T> lane_sums(Vec<T>* v) {
+  if constexpr (kWidth<T> >= 16) lane_sum_round<T, 8>(v);
+  lane_sum_round<T, 4>(v);
+  lane_sum_round<T, 2>(v);
+  lane_sum_round<T, 1>(v);
+  return v[0];
+}
+constexpr bool kLaneSums = true;
+#else
+template <class T>
+inline Vec<T> lane_sums(Vec<T>* v) {
+  Vec<T> r;
+  for (int64_t j = 0; j < kWidth<T>; ++j) r[j] = vec_sum<T>(v[j]);
+  return r;
+}
+constexpr bool kLaneSums = false;
+#endif
+
+template <class T, int MR, int NR>
+inline void linear_tile(T* out, const T* x, const T* W, const T* bias, int64_t K, int64_t N, int64_t m0, int64_t n0) {
+  constexpr int64_t V = kWidth<T>;
+  const int64_t Kv = K / V * V;
+  Vec<T> acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = Vec<T>{};
+  const T* xr[MR];
+  const T* wr[NR];
+  for (int i = 0; i < MR; ++i) xr[i] = x + (m0 + i) * K;
+  for (int j = 0; j < NR; ++j) wr[j] = W + (n0 + j) * K;
+  for (int64_t k = 0; k < Kv; k += V) {
+    Vec<T> w[NR];
+    for (int j = 0; j < NR; ++j) w[j] = load(wr[j] + k);
+    for (int i = 0; i < MR; ++i) {
+      const Vec<T> xv = load(xr[i] + k);
+      for (int j = 0; j < NR; ++j) acc[i][j] += xv * w[j];
+    }
+  }
+  T sums[MR][NR];
+  constexpr int kW = static_cast<int>(kWidth<T>);
+  if constexpr (kLaneSums && (MR * NR) % kW == 0) {
+    Vec<T>* flat = &acc[0][0];
+    for (int g = 0; g < MR * NR; g += kW) {
+      const Vec<T> r = lane_sums<T>(flat + g);
+      std::memcpy(&sums[0][0] + g, &r, sizeof r);
+    }
+  } else {
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) sums[i][j] = vec_sum<T>(acc[i][j]);
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      T s = sums[i][j];
+      for (int64_t k = Kv; k < K; ++k) s += xr[i][k] * wr[j][k];
+      if (bias) s += bias[n0 + j];
+      out[(m0 + i) * N + n0 + j] = s;
+    }
+}
+
+// One span of kLinearSpan outputs for every row: 4-row tiles of NR outputs,
+// then the 2- and 1-row remainders as wider tiles with the same number of
+// accumulators (so their lane sums also run kWidth at once).
+constexpr int kLinearSpan = kLinearMR * kLinearNR;
+template <class T>
+inline void linear_span(T* out, const T* x, const T* W, const T* bias, int64_t M, int64_t K, int64_t N, int64_t n0) {
+  int64_t m = 0;
+  for (; m + kLinearMR <= M; m += kLinearMR)
+    for (int j = 0; j < kLinearSpan; j += kLinearNR) linear_tile<T, kLinearMR, kLinearNR>(out, x, W, bias, K, N, m, n0 + j);
+  if (M - m >= 2) {
+    for (int j = 0; j < kLinearSpan; j += 2 * kLinearNR) linear_tile<T, 2, 2 * kLinearNR>(out, x, W, bias, K, N, m, n0 + j);
+    m += 2;
+  }
+  if (M - m == 1) linear_tile<T, 1, kLinearSpan>(out, x, W, bias, K, N, m, n0);
+}
+
+template <class T>
+void linear_impl(T* out, const T* x, const T* W, const T* bias, int64_t M, int64_t K, int64_t N, int64_t begin,
+                 int64_t end) {
+  int64_t n = begin;
+  for (; n + kLinearSpan <= end; n += kLinearSpan) linear_span(out, x, W, bias, M, K, N, n);
+  for (; n < end; ++n)
+    for (int64_t m = 0; m < M; ++m) linear_tile<T, 1, 1>(out, x, W, bias, K, N, m, n);
+}
+
 }  // namespace
 
 void rms_norm_rows(float* out, const float* x, const float* weight, int64_t dim, double eps, int64_t begin, int64_t end) {
@@ -376,6 +494,15 @@ void paged_decode_attention(float* out, const float* q, const float* kpool, cons
 void paged_decode_attention(double* out, const double* q, const double* kpool, const double* vpool,
                             const DecodeAttention& a, int64_t begin, int64_t end) {
   decode_attention_impl(out, q, kpool, vpool, a, begin, end);
+}
+
+void linear_rows(float* out, const float* x, const float* W, const float* bias, int64_t M, int64_t K, int64_t N,
+                 int64_t begin, int64_t end) {
+  linear_impl(out, x, W, bias, M, K, N, begin, end);
+}
+void linear_rows(double* out, const double* x, const double* W, const double* bias, int64_t M, int64_t K, int64_t N,
+                 int64_t begin, int64_t end) {
+  linear_impl(out, x, W, bias, M, K, N, begin, end);
 }
 
 }  // namespace kernels

@@ -325,6 +325,19 @@ void paged_decode_attention(float* out, const float* q, const float* kpool, cons
 void paged_decode_attention(double* out, const double* q, const double* kpool, const double* vpool,
                             const DecodeAttention& a, int64_t begin, int64_t end);
 
+// linear_rows: out (M, N) = x (M, K) W^T + bias for W (N, K) row-major (a
+// torch Linear's weight, read in place: no packed copy per call, which is
+// what a BLAS sgemm makes of W and what dominated few-row decode calls);
+// bias may be null. Work items are the N outputs: [begin, end) within N.
+// Each output's sum runs in one order that depends on K alone (vector lanes
+// over K, a fixed tree of lanes, the K % width tail, then the bias), never on
+// M, the other rows or the thread split: a row's result is the same in any
+// batch.
+void linear_rows(float* out, const float* x, const float* W, const float* bias, int64_t M, int64_t K, int64_t N,
+                 int64_t begin, int64_t end);
+void linear_rows(double* out, const double* x, const double* W, const double* bias, int64_t M, int64_t K, int64_t N,
+                 int64_t begin, int64_t end);
+
 // ---------------------------------------------------------------------------
 // Benchmark baseline (not a training kernel): sum of n floats read once with
 // the same blocking as logits_stats, so "stats time / plain_sum time" says

@@ -64,6 +64,9 @@ bool fused_inference_supported(const at::Tensor& x);
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // x (N, heads, D) contiguous, rotated in place; cos/sin (N, D) of x's dtype.
 void rope_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// x (M, K) contiguous, W (N, K) and bias (N, or undefined) of x's dtype ->
+// a new (M, N) tensor x W^T + bias (kernels::linear_rows).
+at::Tensor linear(const at::Tensor& x, const at::Tensor& W, const at::Tensor& bias);
 // Paged attention of query rows over cached context
 // (kernels::paged_decode_attention) into rows of out (N, H * D): q (N, H, D),
 // pools (slots, KVH, D), rows (B), slots (B, max_ctx) and lengths (B) int64,

@@ -371,8 +371,8 @@ at::Tensor Model::forward_hidden(const at::Tensor& ids, const at::Tensor& positi
   const ModelConfig& c = config_;
   const int64_t N = ids.size(0);
   const at::Tensor pos = positions.to(device_);  // the same tensor when already there
-  auto linear = [batch_invariant](const at::Tensor& x, const at::Tensor& W, const at::Tensor& b) {
-    return batch_invariant ? invariant_linear(x, W, b) : dense(x, W, b);
+  auto linear = [this, batch_invariant](const at::Tensor& x, const at::Tensor& W, const at::Tensor& b) {
+    return project(x, W, b, batch_invariant);
   };
   at::Tensor x = at::embedding(embed_, ids.to(device_));  // (N, hidden)
   const auto rope = rope_tables(pos);                      // the same for every layer
@@ -398,7 +398,14 @@ at::Tensor Model::forward_hidden(const at::Tensor& ids, const at::Tensor& positi
 
 at::Tensor Model::logits(const at::Tensor& hidden_rows, bool batch_invariant) const {
   at::Tensor h = rms_norm(hidden_rows, final_norm_);
-  return batch_invariant ? invariant_linear(h, lm_head_, at::Tensor()) : dense(h, lm_head_, at::Tensor());
+  return project(h, lm_head_, at::Tensor(), batch_invariant);
+}
+
+at::Tensor Model::project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, bool batch_invariant) const {
+  if (x.dim() == 2 && fused_inference(x) &&
+      (batch_invariant || (x.size(0) >= kFusedLinearMinRows && x.size(0) <= kFusedLinearMaxRows)))
+    return dispatch::linear(x, W, b);
+  return batch_invariant ? invariant_linear(x, W, b) : dense(x, W, b);
 }
 
 }  // namespace model

@@ -89,7 +89,9 @@ AttentionFn packed_causal_attention(std::vector<int64_t> offsets);
 // packs W on every call, which for one row costs 3-5x the product itself
 // (measured on this CPU, 2 threads: a 4864 x 896 layer 0.77 ms as a GEMM,
 // 0.16 ms as a GEMV; the 151,936-row LM head 37 ms vs 10.7 ms), so batch-1
-// decoding was GEMM-packing-bound. Several rows keep the GEMM.
+// decoding was GEMM-packing-bound. Several rows keep the GEMM. (Inside the
+// engine's fused path, Model::project sends calls of up to
+// kFusedLinearMaxRows rows to kernels::linear_rows instead.)
 at::Tensor dense(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b);
 
 // Batch-invariant linear layer: y = x W^T + b computed in fixed-shape tiles
@@ -102,6 +104,18 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b);
 // were measured NOT invariant here (invariance_test: 33 / 72 decode steps
 // equal), 8-row tiles are (72 / 72), at 1.5-1.8x the demo's rollout time.
 constexpr int64_t kInvariantTileRows = 8;
+
+// Rows per call for which the fused path's linear layers run
+// kernels::linear_rows (W read in place, AVX-512 register tiles) instead of
+// dense: OpenBLAS's sgemm packs W on every call (its HASWELL kernels on this
+// CPU), and at::mv's dispatch costs more than the product for the demo's
+// 128-wide layers. Measured one layer at a time (2 EPYC cores, 1 thread):
+// 2-8 rows 2-6x faster on the demo's shapes, 1 row 1.5-8x; the 0.5B's 4864 x
+// 896 layers 1.2-7x faster at 1-8 rows (2 threads). Past ~16 rows the demo's
+// 1206-row LM head is faster as a packed GEMM. A batch-invariant call takes
+// the kernel at any row count: its sums never depend on the batch.
+constexpr int64_t kFusedLinearMinRows = 1;
+constexpr int64_t kFusedLinearMaxRows = 16;
 at::Tensor invariant_linear(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b);
 
 class Model {
@@ -167,6 +181,12 @@ class Model {
   bool fused_inference_enabled() const { return fused_inference_; }
   bool fused_inference(const at::Tensor& x) const;
   const at::Tensor& inv_freq() const { return inv_freq_; }
+  // A linear layer x W^T + b as forward_hidden and logits run it: in the
+  // fused path, dispatch::linear (W read in place; row-invariant sums) for
+  // calls of kFusedLinearMinRows..kFusedLinearMaxRows rows, and for every
+  // batch-invariant call; otherwise invariant_linear when batch_invariant,
+  // else dense.
+  at::Tensor project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, bool batch_invariant) const;
 
  private:
   struct Layer {

@@ -1,7 +1,9 @@
 // The engine's decode-time fast paths (kernels.h section 5, Model::
 // set_fused_inference) against the plain torch compositions they replace, on
-// the same inputs: RMSNorm, RoPE and paged decode attention one by one
-// (float64 and float32, GQA, ragged context lengths, scattered cache slots),
+// the same inputs: RMSNorm, RoPE, paged decode attention and the linear
+// layers one by one (float64 and float32, GQA, ragged context lengths,
+// scattered cache slots; the linear kernel also against an exact sum and for
+// batch invariance),
 // then whole engines — every model type, decode and prefill rows mixed,
 // forks sharing blocks — with fusion on and off: a float64 model's logits
 // (returned as float32) within 1e-12 relative (bitwise in practice) and the
@@ -78,6 +80,92 @@ void test_rms_norm_and_rope(at::ScalarType dt) {
     const FusedInferenceScope scope;
     CHECK(!m.fused_inference(x));
   }
+}
+
+// dispatch::linear (kernels::linear_rows, W read in place) against a naive
+// long-double triple loop and against at::linear, over row counts that fill
+// the kernel's 4-row tiles and leave every remainder, K a multiple of the
+// vector width or not, output counts that fill 16-output spans or leave a
+// tail, with and without bias. Then batch invariance, which the kernel
+// promises: row r of an M-row call is bitwise the row computed alone, in
+// another batch and on 1, 2 or 3 threads.
+void test_linear(at::ScalarType dt) {
+  const auto opt = at::TensorOptions().dtype(dt);
+  at::manual_seed(11);
+  int cases = 0;
+  double worst = 0, worst_torch = 0;
+  for (int64_t K : {128, 12, 131, 384}) {
+    for (int64_t N : {1, 5, 16, 37, 64, 130}) {
+      at::Tensor W = at::randn({N, K}, opt), b = at::randn({N}, opt);
+      for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33}) {
+        at::Tensor x = at::randn({M, K}, opt);
+        for (bool bias : {false, true}) {
+          const at::Tensor bb = bias ? b : at::Tensor();
+          at::Tensor y;
+          {
+            at::NoGradGuard ng;
+            y = dispatch::linear(x, W, bb);
+          }
+          CHECK(y.sizes() == at::IntArrayRef({M, N}) && y.scalar_type() == dt);
+          // Naive reference in long double.
+          at::Tensor xd = x.to(at::kDouble).contiguous(), wd = W.to(at::kDouble).contiguous(), bd = b.to(at::kDouble);
+          const double* xp = xd.data_ptr<double>();
+          const double* wp = wd.data_ptr<double>();
+          at::Tensor ref = at::empty({M, N}, at::kDouble);
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) {
+              long double s = 0;
+              for (int64_t k = 0; k < K; ++k) s += static_cast<long double>(xp[m * K + k]) * wp[n * K + k];
+              if (bias) s += bd[n].item<double>();
+              ref[m][n] = static_cast<double>(s);
+            }
+          // Tolerance scaled by the sum of |terms| (the condition of a dot product).
+          at::Tensor scale = at::matmul(xd.abs(), wd.abs().t()) + (bias ? bd.abs() : at::zeros({N}, at::kDouble));
+          const double eps = dt == at::kDouble ? 1e-15 : 1e-6;
+          const double err = ((y.to(at::kDouble) - ref).abs() / scale).max().item<double>() / eps;
+          worst = std::max(worst, err);
+          const at::Tensor t = at::linear(x, W, bb);
+          worst_torch = std::max(worst_torch, ((y - t).abs().to(at::kDouble) / scale).max().item<double>() / eps);
+          ++cases;
+        }
+      }
+    }
+  }
+  std::printf("linear %s: %d cases, worst |kernel - exact| = %.3g eps x sum|terms|, |kernel - at::linear| = %.3g\n",
+              c10::toString(dt), cases, worst, worst_torch);
+  CHECK(worst <= 32.0);
+  CHECK(worst_torch <= 64.0);
+
+  // Batch invariance: each row alone, in the full call, in a reordered call
+  // with other rows, and with 1, 2 and 3 threads.
+  const int64_t K = 131, N = 1206, M = 11;
+  at::Tensor W = at::randn({N, K}, opt), b = at::randn({N}, opt);
+  at::Tensor x = at::randn({M, K}, opt);
+  at::NoGradGuard ng;
+  const int threads0 = at::get_num_threads();
+  std::vector<at::Tensor> full;
+  for (int th : {1, 2, 3}) {
+    at::set_num_threads(th);
+    full.push_back(dispatch::linear(x, W, b));
+  }
+  at::set_num_threads(threads0);
+  CHECK(full[0].equal(full[1]) && full[0].equal(full[2]));
+  bool alone = true, mixed = true;
+  at::Tensor other = at::randn({5, K}, opt);
+  for (int64_t r = 0; r < M; ++r) {
+    alone = alone && dispatch::linear(x.slice(0, r, r + 1).contiguous(), W, b)[0].equal(full[0][r]);
+    // r as the last row behind 5 others (another tile position and remainder).
+    at::Tensor batch = at::cat({other, x.slice(0, r, r + 1)}, 0).contiguous();
+    mixed = mixed && dispatch::linear(batch, W, b)[5].equal(full[0][r]);
+  }
+  CHECK(alone);
+  CHECK(mixed);
+
+  // Bad input names what is wrong.
+  CHECK_THROWS(dispatch::linear(x, W.slice(1, 0, 130).contiguous(), b), "does not match rows of 131");
+  CHECK_THROWS(dispatch::linear(x, W, b.slice(0, 0, 7)), "bias has 7 elements for 1206 outputs");
+  CHECK_THROWS(dispatch::linear(x, W.to(dt == at::kDouble ? at::kFloat : at::kDouble), b), "the weight");
+  CHECK_THROWS(dispatch::linear(x.t(), W, b), "contiguous (M, K)");
 }
 
 // The plain decode attention of engine.cc: gather, pad, softmax, matmul.
@@ -297,6 +385,7 @@ void test_engine(const std::string& type, at::ScalarType dt) {
 int main() {
   for (at::ScalarType dt : {at::kDouble, at::kFloat}) {
     test_rms_norm_and_rope(dt);
+    test_linear(dt);
     for (int64_t D : {16, 12, 64}) test_decode_attention(dt, D, 1.0);  // 12: not a multiple of the vector width
     test_decode_attention(dt, 16, 30.0);
     test_decode_attention_threads(dt);
