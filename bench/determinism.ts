@@ -36,7 +36,7 @@ export function determinismTables(d: DeterminismBench): string {
     return v.n <= 1 ? num(v.median, 2) : `${num(v.median, 2)} [${num(v.min, 2)}, ${num(v.max, 2)}]`;
   };
   const rows = (['plain', 'invariant'] as const).map((k) => [
-    k === 'plain' ? 'plain (padded batched decode attention, one GEMM per layer)' : 'batch-invariant (8-row GEMM tiles, per-path attention)',
+    k === 'plain' ? 'plain (padded batched decode attention; linear layers: the in-place kernel up to 16 rows, one GEMM above)' : 'batch-invariant (the in-place linear kernel at every row count, per-path attention)',
     s(d.result[k].map((x) => x.wallSeconds)),
     s(d.result[k].map((x) => x.modelSeconds)),
     k === 'plain' ? (d.result.plainIdentical ? 'yes' : 'no') : d.result.invariantIdentical ? 'yes' : 'no',

@@ -234,7 +234,7 @@ export function llamaTables(b: LlamaBench): string {
     `Same F32 weights (\`arpo export --format gguf\`), same prompt ids (16 tokens), greedy, ${b.threads} threads each, run one after the other (arpo first) in one process tree. llama.cpp: node-llama-cpp 3.21.1's prebuilt CPU binary.`,
     equal,
     speed,
-    `The engine's decode-time CPU kernels (RMSNorm, RoPE and paged attention read in place from the KV pool: \`fusedDecode\`, the default) against its plain torch compositions (\`fusedDecode: false\`), same model and inputs, one after the other:`,
+    `The engine's decode-time CPU kernels (RMSNorm, RoPE, paged attention read in place from the KV pool, and the linear layers of calls of up to 16 rows read W in place: \`fusedDecode\`, the default) against its plain torch compositions (\`fusedDecode: false\`), same model and inputs, one after the other:`,
     fused,
   ].join('\n\n');
 }
