@@ -302,7 +302,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& W, const at::Tensor& bi
     const scalar_t* wp = W.data_ptr<scalar_t>();
     const scalar_t* bp = bias.defined() ? bias.data_ptr<scalar_t>() : nullptr;
     scalar_t* op = out.data_ptr<scalar_t>();
-    parallel_rows(blocks, std::max<int64_t>(1, kLinearThreadWork / (M * K * kBlock)), [&](int64_t b, int64_t e) {
+    parallel_rows(blocks, std::max<int64_t>(1, kLinearThreadWork / std::max<int64_t>(1, M * K * kBlock)), [&](int64_t b, int64_t e) {
       kernels::linear_rows(op, xp, wp, bp, M, K, N, b * kBlock, std::min(N, e * kBlock));
     });
   });

@@ -402,7 +402,13 @@ at::Tensor Model::logits(const at::Tensor& hidden_rows, bool batch_invariant) co
 }
 
 at::Tensor Model::project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, bool batch_invariant) const {
-  if (x.dim() == 2 && fused_inference(x) &&
+  // The kernel reads W (and b) in place: they must be contiguous host
+  // tensors of x's dtype (a model's own weights always are; anything else
+  // takes the torch path rather than an error).
+  const auto in_place = [&x](const at::Tensor& t) {
+    return dispatch::fused_inference_supported(t) && t.scalar_type() == x.scalar_type();
+  };
+  if (x.dim() == 2 && fused_inference(x) && W.dim() == 2 && in_place(W) && (!b.defined() || in_place(b)) &&
       (batch_invariant || (x.size(0) >= kFusedLinearMinRows && x.size(0) <= kFusedLinearMaxRows)))
     return dispatch::linear(x, W, b);
   return batch_invariant ? invariant_linear(x, W, b) : dense(x, W, b);

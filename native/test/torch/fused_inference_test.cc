@@ -166,6 +166,21 @@ void test_linear(at::ScalarType dt) {
   CHECK_THROWS(dispatch::linear(x, W, b.slice(0, 0, 7)), "bias has 7 elements for 1206 outputs");
   CHECK_THROWS(dispatch::linear(x, W.to(dt == at::kDouble ? at::kFloat : at::kDouble), b), "the weight");
   CHECK_THROWS(dispatch::linear(x.t(), W, b), "contiguous (M, K)");
+
+  // Empty shapes: no rows, and rows of no inputs (the bias alone).
+  CHECK(dispatch::linear(at::zeros({0, K}, opt), W, b).sizes() == at::IntArrayRef({0, N}));
+  CHECK(dispatch::linear(at::zeros({3, 0}, opt), at::zeros({N, 0}, opt), b).equal(b.unsqueeze(0).expand({3, N})));
+
+  // The model takes the torch path for a weight the kernel cannot read in
+  // place (a transposed view) instead of failing.
+  {
+    Model m(tiny_config("qwen3"), dt);
+    const FusedInferenceScope scope;
+    CHECK(m.fused_inference(x));
+    const at::Tensor Wt = at::randn({K, 7}, opt).t();  // (7, K), not contiguous
+    CHECK(tolerance_ratio(m.project(x, Wt, at::Tensor(), false), at::linear(x, Wt), tol(dt), tol(dt)) <= 1.0);
+    CHECK(tolerance_ratio(m.project(x, W, b, true), at::linear(x, W, b), tol(dt), tol(dt)) <= 1.0);
+  }
 }
 
 // The plain decode attention of engine.cc: gather, pad, softmax, matmul.
