@@ -353,7 +353,6 @@ void decode_attention_impl(T* out, const T* q, const T* kpool, const T* vpool, c
   }
 }
 
-
 // ---- linear_rows: out (M, N) = x (M, K) W (N, K)^T + bias, read in place.
 // A register tile of MR rows x NR outputs accumulates K in vectors of the
 // width (each accumulator one output's partial sums, lane by lane), then adds
@@ -410,9 +409,7 @@ template <class T, int MR, int NR>
 inline void linear_tile(T* out, const T* x, const T* W, const T* bias, int64_t K, int64_t N, int64_t m0, int64_t n0) {
   constexpr int64_t V = kWidth<T>;
   const int64_t Kv = K / V * V;
-  Vec<T> acc[MR][NR];
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i][j] = Vec<T>{};
+  Vec<T> acc[MR][NR] = {};
   const T* xr[MR];
   const T* wr[NR];
   for (int i = 0; i < MR; ++i) xr[i] = x + (m0 + i) * K;
@@ -426,10 +423,9 @@ inline void linear_tile(T* out, const T* x, const T* W, const T* bias, int64_t K
     }
   }
   T sums[MR][NR];
-  constexpr int kW = static_cast<int>(kWidth<T>);
-  if constexpr (kLaneSums && (MR * NR) % kW == 0) {
+  if constexpr (kLaneSums && (MR * NR) % V == 0) {
     Vec<T>* flat = &acc[0][0];
-    for (int g = 0; g < MR * NR; g += kW) {
+    for (int g = 0; g < MR * NR; g += V) {
       const Vec<T> r = lane_sums<T>(flat + g);
       std::memcpy(&sums[0][0] + g, &r, sizeof r);
     }
