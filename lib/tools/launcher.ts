@@ -12,6 +12,13 @@
 // spawn's, the socket's folder is private to this user and hidden from the
 // sandboxes (their /tmp is their own), and a connection without a pending
 // token is dropped.
+//
+// A request may ask for a lower priority (a nice value): a warm pool's
+// sandboxes start niced, so their start-up (~90 ms of CPU each on a slow VM)
+// yields to the calls running and to the model's decoding, and a `renice`
+// message returns a sandbox's whole process group to the helper's own
+// priority when a call takes it. Lowering a nice value back needs root
+// (CAP_SYS_NICE); the sandbox asks for it only when it runs as root.
 import { spawn, type ChildProcess } from 'child_process';
 import * as crypto from 'crypto';
 import { EventEmitter } from 'events';
@@ -20,7 +27,7 @@ import * as net from 'net';
 import * as os from 'os';
 import * as path from 'path';
 import { PassThrough } from 'stream';
-import { ArpoError } from '../errors';
+import { ArpoError, invalidArgument } from '../errors';
 
 /** The helper: one request per line on stdin, one JSON event per line on stdout. */
 export const LAUNCHER_PY = String.raw`
@@ -35,6 +42,7 @@ def main():
     signal.signal(signal.SIGCHLD, lambda *a: None)
     live = {}
     out = sys.stdout
+    base_nice = os.getpriority(os.PRIO_PROCESS, 0)
 
     def send(obj):
         out.write(json.dumps(obj) + '\n')
@@ -65,6 +73,15 @@ def main():
             p = subprocess.Popen(req['argv'], stdin=socks[0].fileno(), stdout=socks[1].fileno(), stderr=socks[2].fileno(),
                                  env=req['env'], cwd=req['cwd'], start_new_session=True, close_fds=True)
             live[req['id']] = p
+            # Niced as a group right after its exec (this helper never runs
+            # niced itself, so a starved start cannot hold up the messages of
+            # others): what it has forked by now is in the group, and what it
+            # forks later inherits the value.
+            if req.get('nice') is not None:
+                try:
+                    os.setpriority(os.PRIO_PGRP, p.pid, req['nice'])
+                except OSError:
+                    pass
             send({'id': req['id'], 'pid': p.pid})
         except Exception as e:
             send({'id': req['id'], 'error': '%s: %s' % (type(e).__name__, e)})
@@ -97,12 +114,25 @@ def main():
                         os.killpg(req['kill'], getattr(signal, req['signal']))
                     except (OSError, AttributeError):
                         pass
+                elif 'renice' in req:
+                    # Only a process not yet reaped: its group id cannot have been reused.
+                    p = live.get(req['renice'])
+                    if p is not None and p.poll() is None:
+                        try:
+                            os.setpriority(os.PRIO_PGRP, p.pid, req.get('nice', base_nice))
+                        except OSError:
+                            pass
                 else:
                     launch(req)
         reap()
 
 main()
 `;
+
+/** A nice value the launcher may set: 1..19 (lower ones need privileges the sandbox does not count on). */
+function checkNice(nice: number): void {
+  if (!(Number.isInteger(nice) && nice >= 1 && nice <= 19)) throw invalidArgument('an integer in 1..19', 'nice', nice);
+}
 
 /** A process started by the launcher: the part of ChildProcess the sandbox uses. */
 export class LaunchedChild extends EventEmitter {
@@ -120,6 +150,7 @@ export class LaunchedChild extends EventEmitter {
     readonly spawnfile: string,
     private readonly onRefChange: () => void,
     private readonly sendKill: (pid: number, signal: NodeJS.Signals) => void,
+    private readonly sendRenice: (nice: number | undefined) => void = () => undefined,
   ) {
     super();
     // A reader that stops early (destroy) closes the stream's socket too.
@@ -153,6 +184,15 @@ export class LaunchedChild extends EventEmitter {
       return;
     }
     this.sendKill(this.pid, signal);
+  }
+
+  /**
+   * Sets every process of its group to `nice`, or back to the helper's own
+   * priority without one (after a niced start); a no-op once it has exited.
+   */
+  renice(nice?: number): void {
+    if (nice !== undefined) checkNice(nice);
+    if (!this.exited) this.sendRenice(nice);
   }
 
   /** @internal One of its three streams connected (0 stdin, 1 stdout, 2 stderr). */
@@ -224,15 +264,21 @@ export class SandboxLauncher {
     return this.helper?.pid;
   }
 
-  /** Starts `cmd args` in a new session with its stdio connected to this process. */
-  spawn(cmd: string, args: readonly string[], options: { env: Record<string, string>; cwd: string }): LaunchedChild {
-    const child = new LaunchedChild(cmd, () => this.updateRefs(), (pid, signal) => this.kill(pid, signal));
+  /**
+   * Starts `cmd args` in a new session with its stdio connected to this
+   * process; with `nice`, at that nice value (an integer in 1..19) until
+   * `renice()` on the child (the caller must be able to lower it back: root).
+   */
+  spawn(cmd: string, args: readonly string[], options: { env: Record<string, string>; cwd: string; nice?: number }): LaunchedChild {
+    const nice = options.nice;
+    if (nice !== undefined) checkNice(nice);
     const id = this.nextId++;
+    const child = new LaunchedChild(cmd, () => this.updateRefs(), (pid, signal) => this.kill(pid, signal), (n) => this.send(n === undefined ? { renice: id } : { renice: id, nice: n }));
     const token = crypto.randomBytes(16).toString('hex');
     this.byId.set(id, child);
     this.byToken.set(token, { child, waiting: 3 });
     this.tokenOf.set(child, token);
-    const request = `${JSON.stringify({ id, token, argv: [cmd, ...args], env: options.env, cwd: options.cwd })}\n`;
+    const request = `${JSON.stringify({ id, token, argv: [cmd, ...args], env: options.env, cwd: options.cwd, ...(nice !== undefined ? { nice } : {}) })}\n`;
     this.start()
       .then(() => {
         if (!this.helper?.stdin?.writable) throw new Error('the launcher is not running');
@@ -241,6 +287,11 @@ export class SandboxLauncher {
       .catch((e: unknown) => this.fail(id, e instanceof Error ? e : new Error(String(e))));
     this.updateRefs();
     return child;
+  }
+
+  /** A control message to the running helper (dropped when none runs: its processes are gone with it). */
+  private send(message: object): void {
+    if (this.helper?.stdin?.writable) this.helper.stdin.write(`${JSON.stringify(message)}\n`);
   }
 
   /** Signals a process group through the helper, or directly when no helper runs. */

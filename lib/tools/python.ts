@@ -112,8 +112,30 @@ const DEFAULT_UID_POOL = 64;
 const DEFAULT_GID = 65534;
 /** What the driver writes to stdout once it waits for its code (ASCII ACK). */
 const READY_BYTE = 0x06;
+/**
+ * The nice value a warm pool's sandboxes start at, where this process may
+ * lower it back (root): their start-up (~90 ms of CPU each here, most of it
+ * exec and interpreter start) then takes only CPU that the calls running and
+ * the model's decoding leave, and a call that takes one returns its whole
+ * process group to this process's priority first.
+ */
+const POOL_NICE = 19;
 /** How long a finished run waits for its output pipes to close. */
 const PIPE_GRACE_MS = 5000;
+/**
+ * The longest a returned call's sandbox waits to be killed while other calls
+ * run. Its driver idles after the end marks (no thread of the code left, its
+ * signals blocked); the kill, and with it the teardown of its processes and
+ * namespaces (~4 ms of CPU each on a slow VM), waits for a moment with no
+ * call in flight, so a burst's calls do not pay for each other's teardown.
+ * Background processes the code started live at most this much longer.
+ */
+const LINGER_MS = 100;
+
+/** Niced pool starts at a time: one per core, at most 4 (each holds a uid and ~10 MB until its call). */
+function maxStarts(): number {
+  return Math.max(1, Math.min(4, os.availableParallelism?.() ?? os.cpus().length));
+}
 
 function tryRun(cmd: string, args: string[], input?: string): { ok: boolean; out: string; err: string } {
   const r = spawnSync(cmd, args, { input, encoding: 'utf8', timeout: 10000, env: { PATH: SANDBOX_PATH } });
@@ -296,6 +318,8 @@ interface Started {
   readonly token: string;
   /** True once the interpreter says it waits for its code; false if the process ended first. */
   readonly ready: Promise<boolean>;
+  /** Started at {@link POOL_NICE}: a call (or its discard) un-nices it first. */
+  readonly niced: boolean;
   /** Exit code and signal of the sandbox's first process; [null, null] after a spawn error. */
   readonly exit: Promise<[number | null, NodeJS.Signals | null]>;
   /** The process has exited (or could not be spawned: then spawnError says why). */
@@ -334,14 +358,17 @@ export class PythonSandbox {
   private readonly pool: Started[] = [];
   private closed = false;
   private refillScheduled = false;
-  /** A pool sandbox is starting (refills go one at a time). */
-  private starting = false;
+  /** Pool sandboxes starting now (see {@link PythonSandbox.refill}). */
+  private starting = 0;
   /** Starts the sandbox processes outside this (possibly large) process: lib/tools/launcher.ts. */
   private readonly launcher: SandboxLauncher;
   /** Calls in flight. */
   private calls = 0;
   /** Killed sandboxes of returned calls, until they are gone. */
   private readonly reaping = new Set<Promise<void>>();
+  /** Sandboxes of returned calls not killed yet (see {@link LINGER_MS}). */
+  private readonly lingering: Started[] = [];
+  private lingerTimer: NodeJS.Timeout | undefined;
 
   constructor(options: PythonSandboxOptions = {}) {
     this.python = options.python ?? '/usr/bin/python3';
@@ -413,7 +440,8 @@ export class PythonSandbox {
   async run(code: string, options: { signal?: AbortSignal } = {}): Promise<PythonRun> {
     if (typeof code !== 'string') throw invalidArgument('a string', 'code', code);
     const started = performance.now();
-    const sandbox = this.take() ?? this.start();
+    const sandbox = this.take() ?? this.start(false);
+    if (sandbox.niced) sandbox.child.renice();
     setParked(sandbox, false);
     this.calls++;
     this.scheduleRefill();
@@ -421,7 +449,10 @@ export class PythonSandbox {
       return await this.finish(sandbox, code, started, options);
     } finally {
       this.calls--;
-      if (this.calls === 0) this.scheduleRefill();
+      if (this.calls === 0) {
+        this.endLingering();
+        this.scheduleRefill();
+      }
     }
   }
 
@@ -448,6 +479,7 @@ export class PythonSandbox {
   /** Ends the warm sandboxes and the launcher and waits until they are gone; later calls each start their own (no pool). */
   async close(): Promise<void> {
     this.closed = true;
+    this.endLingering();
     await Promise.all(this.pool.splice(0).map((s) => this.discard(s)));
     await this.settled();
     await this.launcher.close();
@@ -473,21 +505,29 @@ export class PythonSandbox {
   }
 
   /**
-   * Starts one replacement at a time (the next once the previous says it is
-   * ready), and while calls run only when no warm sandbox is left: a start
-   * costs about as much CPU as a cold call, and a burst's refills would take
-   * that CPU from the burst's own calls.
+   * Starts replacements, each next one once a previous says it is ready, and
+   * while calls run only when no warm sandbox is left: a start costs about as
+   * much CPU as a cold call, and a burst's refills would take that CPU from
+   * the burst's own calls. Niced starts (root) go up to {@link maxStarts} at a
+   * time, since they take only CPU nothing else wants; others one at a time.
    */
   private refill(): void {
-    if (this.starting || this.closed || this.pool.length >= this.warm) return;
-    // While calls run and warm sandboxes are left, a start would only take CPU from those calls.
-    if (this.calls > 0 && this.pool.length > 0) return;
-    const s = this.start();
+    if (this.closed) return;
+    const limit = process.getuid?.() === 0 ? maxStarts() : 1;
+    while (this.starting < limit && this.pool.length < this.warm) {
+      // While calls run and warm sandboxes are left, a start would only take CPU from those calls.
+      if (this.calls > 0 && this.pool.length > 0) return;
+      this.startOne();
+    }
+  }
+
+  private startOne(): void {
+    const s = this.start(true);
     setParked(s, true);
     this.pool.push(s);
-    this.starting = true;
+    this.starting++;
     void s.ready.then((up) => {
-      this.starting = false;
+      this.starting--;
       // One that ended before it was up (a broken interpreter) stops the chain: no spawn loop.
       if (up) this.refill();
     });
@@ -505,6 +545,8 @@ export class PythonSandbox {
   private async discard(s: Started): Promise<void> {
     // Referenced again: the caller waits for its exit, so Node must too.
     setParked(s, false);
+    // Its teardown at normal priority (a niced one could starve on a busy machine).
+    if (s.niced) s.child.renice();
     killTree(s);
     await s.exit;
     s.child.stdout?.destroy();
@@ -536,7 +578,7 @@ export class PythonSandbox {
   }
 
   /** Spawns a sandbox: namespaces, private /tmp, limits, uid, then the interpreter, which waits for its code on stdin. */
-  private start(): Started {
+  private start(forPool: boolean): Started {
     const { uid, release } = this.reserveUid();
     const iso = this.isolation;
     const env: Record<string, string> = {
@@ -600,7 +642,9 @@ export class PythonSandbox {
       [cmd, ...args] = inner as [string, ...string[]];
     }
     // A new session (process group) led by the sandbox: killTree reaches all of it.
-    const child = this.launcher.spawn(cmd, args, { cwd: hostDir ?? '/', env });
+    // A pool's start yields to everything else, where it can be un-niced (root).
+    const niced = forPool && process.getuid?.() === 0;
+    const child = this.launcher.spawn(cmd, args, { cwd: hostDir ?? '/', env, ...(niced ? { nice: POOL_NICE } : {}) });
     const out = new Capture(this.maxOutputBytes);
     const err = new Capture(this.maxOutputBytes);
     const token = crypto.randomBytes(16).toString('hex');
@@ -630,7 +674,7 @@ export class PythonSandbox {
       /* the code may exit without reading all of its input */
     });
     const s: Started = {
-      child, uid, releaseUid: release, hostDir, out, err, pipesClosed, token, ready, exited: false, spawnError: undefined,
+      child, uid, releaseUid: release, hostDir, out, err, pipesClosed, token, ready, niced, exited: false, spawnError: undefined,
       exit: new Promise((resolve) => {
         child.once('error', (e) => {
           s.spawnError = e;
@@ -672,7 +716,7 @@ export class PythonSandbox {
       const first = await Promise.race([s.exit.then(() => null), marked]);
       if (first !== null && !timedOut && !cancelled) {
         early = true;
-        killTree(s);
+        this.linger(s);
         this.reap(s);
         return { stdout: out.text(), stderr: err.text(), exitCode: first, signal: null, timedOut, cancelled, droppedBytes: out.dropped + err.dropped, ms: performance.now() - started, isolation: iso };
       }
@@ -721,7 +765,27 @@ export class PythonSandbox {
     }
   }
 
-  /** After an early return: waits (in the background) for the killed sandbox to be gone, then frees its uid and folder. */
+  /** After an early return: the sandbox is killed once no call runs, or after {@link LINGER_MS}. */
+  private linger(s: Started): void {
+    this.lingering.push(s);
+    if (this.lingerTimer === undefined) {
+      this.lingerTimer = setTimeout(() => this.endLingering(), LINGER_MS);
+      this.lingerTimer.unref();
+    }
+  }
+
+  /**
+   * Kills every lingering sandbox. (At normal priority: a niced teardown
+   * starved on a busy machine past the 5 s pipe grace, and a killed sandbox
+   * holds its uid until it is gone.)
+   */
+  private endLingering(): void {
+    clearTimeout(this.lingerTimer);
+    this.lingerTimer = undefined;
+    for (const s of this.lingering.splice(0)) killTree(s);
+  }
+
+  /** After an early return: waits (in the background) for the sandbox to be killed and gone, then frees its uid and folder. */
   private reap(s: Started): void {
     const done = (async () => {
       let grace: NodeJS.Timeout | undefined;
@@ -737,11 +801,13 @@ export class PythonSandbox {
   }
 
   /**
-   * Resolves once every sandbox of a returned call is gone. A call returns as
-   * soon as its output is complete, its sandbox already SIGKILLed; the
+   * Kills the sandboxes of returned calls now and resolves once every one is
+   * gone. A call returns as soon as its output is complete; its sandbox is
+   * SIGKILLed when no call runs (or {@link LINGER_MS} later), and the
    * kernel's teardown of the processes and namespaces finishes after.
    */
   async settled(): Promise<void> {
+    this.endLingering();
     while (this.reaping.size > 0) await Promise.all([...this.reaping]);
   }
 }

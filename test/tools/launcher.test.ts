@@ -69,6 +69,53 @@ describe('SandboxLauncher', () => {
     expect(left).toEqual([]);
   });
 
+  // The nice value of a process (field 19 of /proc/<pid>/stat), and the processes of a group.
+  const niceOf = (pid: number): number => Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[16]);
+  const groupOf = (pgid: number): number[] =>
+    fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p)).map(Number).filter((p) => {
+      try {
+        return alive(p) && Number(fs.readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1]!.split(' ')[2]) === pgid;
+      } catch {
+        return false;
+      }
+    });
+  const ifRoot = process.getuid?.() === 0 ? test : test.skip;
+
+  ifRoot('nice: the whole group runs at it until renice(), which returns it to the helper\'s priority; others start at that priority', async () => {
+    const base = os.getPriority();
+    const child = launcher.spawn('/bin/sh', ['-c', 'sleep 987640 & echo up; sleep 987641'], { env: ENV, cwd: '/', nice: 19 });
+    const c = collect(child);
+    child.stdin.end();
+    while (!c.out().includes('up')) await new Promise((r) => setTimeout(r, 10));
+    const group = groupOf(child.pid!);
+    expect(group.length).toBe(3); // sh and its two sleeps
+    expect(group.map(niceOf)).toEqual([19, 19, 19]);
+    const plain = launcher.spawn('/bin/sh', ['-c', 'echo up; sleep 987642'], { env: ENV, cwd: '/' });
+    const p = collect(plain);
+    plain.stdin.end();
+    while (!p.out().includes('up')) await new Promise((r) => setTimeout(r, 10));
+    expect(niceOf(plain.pid!)).toBe(base);
+    child.renice();
+    const until = async (want: number): Promise<void> => {
+      for (let i = 0; i < 200 && !group.every((q) => niceOf(q) === want); i++) await new Promise((r) => setTimeout(r, 10));
+    };
+    await until(base);
+    expect(group.map(niceOf)).toEqual([base, base, base]);
+    child.renice(7);
+    await until(7);
+    expect(group.map(niceOf)).toEqual([7, 7, 7]);
+    child.killGroup();
+    plain.killGroup();
+    await Promise.all([c.exit, p.exit]);
+    child.renice(); // after its exit: nothing to do, no error
+  });
+
+  test('a nice value outside 1..19 is refused, naming it', () => {
+    for (const bad of [0, 20, -5, 2.5, Number.NaN]) {
+      expect(() => launcher.spawn('/bin/true', [], { env: ENV, cwd: '/', nice: bad })).toThrow(/an integer in 1\.\.19 for nice/);
+    }
+  });
+
   test('a command that cannot start is an error naming why', async () => {
     const child = launcher.spawn('/nonexistent/binary', [], { env: ENV, cwd: '/' });
     const c = collect(child);

@@ -5,6 +5,7 @@ process.env.ARPO_TEST_PYTHON_WARM = '2';
 require('./python.test');
 
 import * as fs from 'fs';
+import * as os from 'os';
 import { PythonSandbox } from '../../lib/tools';
 
 describe('the warm pool', () => {
@@ -68,6 +69,73 @@ describe('the warm pool', () => {
     // After close a call still works, on a sandbox of its own.
     expect((await sb.run('1 + 1')).stdout).toBe('2\n');
     expect(sb.warmCount).toBe(0);
+  });
+
+  const statField = (pid: number, i: number): number => Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[i]);
+  /** Live processes running as `uid` (the sandbox's code and its children). */
+  const ofUid = (uid: number): number[] =>
+    fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p)).map(Number).filter((p) => {
+      try {
+        return alive(p) && Number(/^Uid:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${p}/status`, 'utf8'))?.[1]) === uid;
+      } catch {
+        return false;
+      }
+    });
+  const ifRoot = process.getuid?.() === 0 && mode === 'full' ? test : test.skip;
+
+  ifRoot('a waiting sandbox is niced (19) as a whole; the call that takes it runs at the caller\'s priority, as a cold one does', async () => {
+    const sb = new PythonSandbox({ uid: UID, gid: UID, isolation: mode, warm: 1 });
+    const cold = new PythonSandbox({ uid: UID, gid: UID, isolation: mode });
+    try {
+      sb.prewarm();
+      for (let i = 0; i < 300 && sb.parkedPids().length === 0; i++) await new Promise((r) => setTimeout(r, 10));
+      await new Promise((r) => setTimeout(r, 1500));
+      const [leader] = sb.parkedPids();
+      const group = fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p)).map(Number).filter((p) => {
+        try {
+          return alive(p) && statField(p, 2) === leader;
+        } catch {
+          return false;
+        }
+      });
+      expect(group.length).toBeGreaterThanOrEqual(3); // unshare, sh, the interpreter
+      expect(group.map((p) => statField(p, 16))).toEqual(group.map(() => 19));
+      // (The renice goes through the launcher alongside the code: read it a moment later.)
+      const code = 'import os, time\ntime.sleep(0.3)\nos.getpriority(os.PRIO_PROCESS, 0)';
+      expect((await sb.run(code)).stdout).toBe(`${os.getPriority()}\n`);
+      expect((await cold.run(code)).stdout).toBe(`${os.getPriority()}\n`);
+    } finally {
+      await Promise.all([sb.close(), cold.close()]);
+    }
+  });
+
+  ifRoot('a returned call\'s sandbox is killed once no call runs, or 100 ms later while one does; settled() kills at once', async () => {
+    const sb = new PythonSandbox({ uid: UID, gid: UID, isolation: mode });
+    try {
+      const long = sb.run('import time\ntime.sleep(1.5)\nprint("long")');
+      await new Promise((r) => setTimeout(r, 300));
+      // The quick call leaves a background process: it lives only as long as its sandbox.
+      const quick = await sb.run('import os, subprocess\nsubprocess.Popen(["sleep", "987630"])\nprint(os.getuid())');
+      const uid = Number(quick.stdout.trim());
+      expect(quick.exitCode).toBe(0);
+      // Right after the return the sandbox waits (interpreter and sleep), while the long call runs...
+      expect(ofUid(uid).length).toBeGreaterThanOrEqual(2);
+      await new Promise((r) => setTimeout(r, 700));
+      // ...and is gone within the linger bound, the long call still running.
+      expect(ofUid(uid)).toEqual([]);
+      expect((await long).stdout).toBe('long\n');
+      // With no other call in flight, a sandbox is killed as its call returns.
+      const alone = await sb.run('import os, subprocess\nsubprocess.Popen(["sleep", "987631"])\nprint(os.getuid())');
+      await sb.settled();
+      expect(ofUid(Number(alone.stdout.trim()))).toEqual([]);
+      // A call whose code leaves a thread running does not wait: its output is whole, its sandbox goes.
+      const threaded = await sb.run('import os, threading, time\nthreading.Thread(target=time.sleep, args=(100,), daemon=True).start()\nprint(os.getuid())');
+      expect(threaded.exitCode).toBe(0);
+      await sb.settled();
+      expect(ofUid(Number(threaded.stdout.trim()))).toEqual([]);
+    } finally {
+      await sb.close();
+    }
   });
 
   test('a broken interpreter does not make the pool spawn in a loop', async () => {
