@@ -273,13 +273,17 @@ export class SandboxLauncher {
     const nice = options.nice;
     if (nice !== undefined) checkNice(nice);
     const id = this.nextId++;
-    const child = new LaunchedChild(cmd, () => this.updateRefs(), (pid, signal) => this.kill(pid, signal), (n) => this.send(n === undefined ? { renice: id } : { renice: id, nice: n }));
+    // A renice goes out after this process's own request (the helper may not
+    // be up yet, and the request is written a microtask later even when it is).
+    let requested: Promise<void> = Promise.resolve();
+    const renice = (n: number | undefined): void => void requested.then(() => this.send(n === undefined ? { renice: id } : { renice: id, nice: n }));
+    const child = new LaunchedChild(cmd, () => this.updateRefs(), (pid, signal) => this.kill(pid, signal), renice);
     const token = crypto.randomBytes(16).toString('hex');
     this.byId.set(id, child);
     this.byToken.set(token, { child, waiting: 3 });
     this.tokenOf.set(child, token);
     const request = `${JSON.stringify({ id, token, argv: [cmd, ...args], env: options.env, cwd: options.cwd, ...(nice !== undefined ? { nice } : {}) })}\n`;
-    this.start()
+    requested = this.start()
       .then(() => {
         if (!this.helper?.stdin?.writable) throw new Error('the launcher is not running');
         this.helper.stdin.write(request);

@@ -104,9 +104,18 @@ describe('SandboxLauncher', () => {
     child.renice(7);
     await until(7);
     expect(group.map(niceOf)).toEqual([7, 7, 7]);
+    // A renice right after the spawn, before the helper has even read its request, still lands.
+    const early = launcher.spawn('/bin/sh', ['-c', 'echo up; sleep 987643'], { env: ENV, cwd: '/', nice: 19 });
+    early.renice();
+    const e = collect(early);
+    early.stdin.end();
+    while (!e.out().includes('up')) await new Promise((r) => setTimeout(r, 10));
+    for (let i = 0; i < 200 && niceOf(early.pid!) !== base; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(niceOf(early.pid!)).toBe(base);
     child.killGroup();
     plain.killGroup();
-    await Promise.all([c.exit, p.exit]);
+    early.killGroup();
+    await Promise.all([c.exit, p.exit, e.exit]);
     child.renice(); // after its exit: nothing to do, no error
   });
 

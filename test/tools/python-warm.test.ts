@@ -104,6 +104,11 @@ describe('the warm pool', () => {
       const code = 'import os, time\ntime.sleep(0.3)\nos.getpriority(os.PRIO_PROCESS, 0)';
       expect((await sb.run(code)).stdout).toBe(`${os.getPriority()}\n`);
       expect((await cold.run(code)).stdout).toBe(`${os.getPriority()}\n`);
+      // A call right after prewarm() takes a sandbox whose start the launcher has not even read yet.
+      const fresh = new PythonSandbox({ uid: UID, gid: UID, isolation: mode, warm: 1 });
+      fresh.prewarm();
+      expect((await fresh.run(code)).stdout).toBe(`${os.getPriority()}\n`);
+      await fresh.close();
     } finally {
       await Promise.all([sb.close(), cold.close()]);
     }
