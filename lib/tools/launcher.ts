@@ -150,7 +150,7 @@ export class LaunchedChild extends EventEmitter {
     readonly spawnfile: string,
     private readonly onRefChange: () => void,
     private readonly sendKill: (pid: number, signal: NodeJS.Signals) => void,
-    private readonly sendRenice: (nice: number | undefined) => void = () => undefined,
+    private readonly sendRenice: (nice: number | undefined) => void,
   ) {
     super();
     // A reader that stops early (destroy) closes the stream's socket too.

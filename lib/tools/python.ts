@@ -354,6 +354,8 @@ export class PythonSandbox {
   readonly lastExpression: 'repr' | 'print' | 'none';
   readonly isolation: Isolation;
   readonly warm: number;
+  /** This process may lower a nice value again (root): the pool's starts run niced ({@link POOL_NICE}), up to {@link maxStarts} at a time. */
+  private readonly niceable = process.getuid?.() === 0;
   /** Started sandboxes waiting for a call (at most `warm`). */
   private readonly pool: Started[] = [];
   private closed = false;
@@ -513,7 +515,7 @@ export class PythonSandbox {
    */
   private refill(): void {
     if (this.closed) return;
-    const limit = process.getuid?.() === 0 ? maxStarts() : 1;
+    const limit = this.niceable ? maxStarts() : 1;
     while (this.starting < limit && this.pool.length < this.warm) {
       // While calls run and warm sandboxes are left, a start would only take CPU from those calls.
       if (this.calls > 0 && this.pool.length > 0) return;
@@ -642,8 +644,8 @@ export class PythonSandbox {
       [cmd, ...args] = inner as [string, ...string[]];
     }
     // A new session (process group) led by the sandbox: killTree reaches all of it.
-    // A pool's start yields to everything else, where it can be un-niced (root).
-    const niced = forPool && process.getuid?.() === 0;
+    // A pool's start yields to everything else, where it can be un-niced.
+    const niced = forPool && this.niceable;
     const child = this.launcher.spawn(cmd, args, { cwd: hostDir ?? '/', env, ...(niced ? { nice: POOL_NICE } : {}) });
     const out = new Capture(this.maxOutputBytes);
     const err = new Capture(this.maxOutputBytes);

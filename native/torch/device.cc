@@ -289,7 +289,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& W, const at::Tensor& bi
     if (bias.numel() != N) throw ModelError("linear: bias has " + std::to_string(bias.numel()) + " elements for " + std::to_string(N) + " outputs");
   }
   at::Tensor out = at::empty({M, N}, x.options());
-  constexpr int64_t kBlock = 16;  // outputs per work item (the kernel's span)
+  constexpr int64_t kBlock = 16;  // outputs per work item (a multiple of the kernel's span: 16 with AVX-512, 8 without)
   // Multiply-adds per thread: below this a call runs on the calling thread.
   // A pool worker the OS has not scheduled (on 2 cores, behind tool processes
   // or another pool's spinning) stalls the whole call until it runs; measured
