@@ -82,41 +82,56 @@ describe('SandboxLauncher', () => {
   const ifRoot = process.getuid?.() === 0 ? test : test.skip;
 
   ifRoot('nice: the whole group runs at it until renice(), which returns it to the helper\'s priority; others start at that priority', async () => {
-    const base = os.getPriority();
-    const child = launcher.spawn('/bin/sh', ['-c', 'sleep 987640 & echo up; sleep 987641'], { env: ENV, cwd: '/', nice: 19 });
-    const c = collect(child);
-    child.stdin.end();
-    while (!c.out().includes('up')) await new Promise((r) => setTimeout(r, 10));
-    const group = groupOf(child.pid!);
-    expect(group.length).toBe(3); // sh and its two sleeps
-    expect(group.map(niceOf)).toEqual([19, 19, 19]);
-    const plain = launcher.spawn('/bin/sh', ['-c', 'echo up; sleep 987642'], { env: ENV, cwd: '/' });
-    const p = collect(plain);
-    plain.stdin.end();
-    while (!p.out().includes('up')) await new Promise((r) => setTimeout(r, 10));
-    expect(niceOf(plain.pid!)).toBe(base);
-    child.renice();
-    const until = async (want: number): Promise<void> => {
-      for (let i = 0; i < 200 && !group.every((q) => niceOf(q) === want); i++) await new Promise((r) => setTimeout(r, 10));
+    const spawned: ReturnType<typeof launcher.spawn>[] = [];
+    const spawn = (...a: Parameters<typeof launcher.spawn>): ReturnType<typeof launcher.spawn> => {
+      const c = launcher.spawn(...a);
+      spawned.push(c);
+      return c;
     };
-    await until(base);
-    expect(group.map(niceOf)).toEqual([base, base, base]);
-    child.renice(7);
-    await until(7);
-    expect(group.map(niceOf)).toEqual([7, 7, 7]);
-    // A renice right after the spawn, before the helper has even read its request, still lands.
-    const early = launcher.spawn('/bin/sh', ['-c', 'echo up; sleep 987643'], { env: ENV, cwd: '/', nice: 19 });
-    early.renice();
-    const e = collect(early);
-    early.stdin.end();
-    while (!e.out().includes('up')) await new Promise((r) => setTimeout(r, 10));
-    for (let i = 0; i < 200 && niceOf(early.pid!) !== base; i++) await new Promise((r) => setTimeout(r, 10));
-    expect(niceOf(early.pid!)).toBe(base);
-    child.killGroup();
-    plain.killGroup();
-    early.killGroup();
-    await Promise.all([c.exit, p.exit, e.exit]);
-    child.renice(); // after its exit: nothing to do, no error
+    try {
+      const base = os.getPriority();
+      const child = spawn('/bin/sh', ['-c', 'sleep 987640 & echo up; sleep 987641'], { env: ENV, cwd: '/', nice: 19 });
+      const c = collect(child);
+      child.stdin.end();
+      while (!c.out().includes('up')) await new Promise((r) => setTimeout(r, 10));
+      // The second sleep is forked after the echo: wait for it (on a busy machine that takes a while).
+      let group = groupOf(child.pid!);
+      for (let i = 0; i < 500 && group.length < 3; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+        group = groupOf(child.pid!);
+      }
+      expect(group.length).toBe(3); // sh and its two sleeps
+      expect(group.map(niceOf)).toEqual([19, 19, 19]);
+      const plain = spawn('/bin/sh', ['-c', 'echo up; sleep 987642'], { env: ENV, cwd: '/' });
+      const p = collect(plain);
+      plain.stdin.end();
+      while (!p.out().includes('up')) await new Promise((r) => setTimeout(r, 10));
+      expect(niceOf(plain.pid!)).toBe(base);
+      child.renice();
+      const until = async (want: number): Promise<void> => {
+        for (let i = 0; i < 200 && !group.every((q) => niceOf(q) === want); i++) await new Promise((r) => setTimeout(r, 10));
+      };
+      await until(base);
+      expect(group.map(niceOf)).toEqual([base, base, base]);
+      child.renice(7);
+      await until(7);
+      expect(group.map(niceOf)).toEqual([7, 7, 7]);
+      // A renice right after the spawn, before the helper has even read its request, still lands.
+      const early = spawn('/bin/sh', ['-c', 'echo up; sleep 987643'], { env: ENV, cwd: '/', nice: 19 });
+      early.renice();
+      const e = collect(early);
+      early.stdin.end();
+      while (!e.out().includes('up')) await new Promise((r) => setTimeout(r, 10));
+      for (let i = 0; i < 200 && niceOf(early.pid!) !== base; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(niceOf(early.pid!)).toBe(base);
+      child.killGroup();
+      plain.killGroup();
+      early.killGroup();
+      await Promise.all([c.exit, p.exit, e.exit]);
+      child.renice(); // after its exit: nothing to do, no error
+    } finally {
+      for (const c of spawned) if (!c.exited) c.killGroup(); // a failed check leaves no sleeps for close() to wait on
+    }
   });
 
   test('a nice value outside 1..19 is refused, naming it', () => {

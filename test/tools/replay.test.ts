@@ -1,6 +1,6 @@
 // Tests of the replay cache file: round trip, first answer wins, and several
 // processes writing at once without corruption or lost writes.
-import { execFile } from 'child_process';
+import { spawn } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
@@ -37,18 +37,35 @@ test('four processes writing the same file at once: no corruption, no lost write
   const file = path.join(dir, 'shared.sqlite');
   ToolCallCache.open(file).close();
   const writers = 4;
-  const calls = 300;
-  // Children need ~1-2 s to load ts-node; start their writes together after that.
-  const startAt = Date.now() + 4000;
+  const calls = 1000;
+  // Each child loads ts-node (1-2 s, more on a busy machine), prints `ready`, and waits for a
+  // line on stdin: the go goes out once every writer is ready, so their writes overlap.
   const script = path.join(__dirname, 'fixtures', 'replay-writer.js');
+  const children = Array.from({ length: writers }, (_, w) => spawn(process.execPath, [script, file, String(w), String(calls)], { stdio: ['pipe', 'pipe', 'pipe'] }));
+  let ready = 0;
   const outputs = await Promise.all(
-    Array.from(
-      { length: writers },
-      (_, w) =>
+    children.map(
+      (child, w) =>
         new Promise<{ stored: number[]; seen: string[]; began: number; ended: number }>((resolve, reject) => {
-          execFile(process.execPath, [script, file, String(w), String(calls), String(startAt)], { timeout: 50000 }, (err, stdout, stderr) => {
-            if (err) reject(new Error(`writer ${w} failed: ${err.message}\n${stderr}`));
-            else resolve(JSON.parse(stdout));
+          let stdout = '';
+          let stderr = '';
+          let isReady = false;
+          const timer = setTimeout(() => child.kill('SIGKILL'), 50000);
+          child.stdout.on('data', (d: Buffer) => {
+            stdout += d.toString();
+            if (!isReady && stdout.startsWith('ready\n')) {
+              isReady = true;
+              if (++ready === writers) children.forEach((c) => c.stdin.end('go\n'));
+            }
+          });
+          child.stderr.on('data', (d: Buffer) => void (stderr += d.toString()));
+          child.on('close', (code, signal) => {
+            clearTimeout(timer);
+            if (code !== 0 || !isReady) {
+              children.forEach((c) => c.kill('SIGKILL'));
+              reject(new Error(`writer ${w} failed (exit ${code}, signal ${signal}): ${stderr}`));
+            }
+            else resolve(JSON.parse(stdout.slice('ready\n'.length)));
           });
         }),
     ),
