@@ -48,8 +48,13 @@ def main():
         out.write(json.dumps(obj) + '\n')
         out.flush()
 
+    # leader pid -> pidfds of the processes it started that a kill waits for
+    watched = {}
+
     def reap():
         for i, p in list(live.items()):
+            if p.pid in watched:
+                continue
             rc = p.poll()
             if rc is not None:
                 del live[i]
@@ -95,6 +100,14 @@ def main():
     buf = b''
     while True:
         for key, _ in sel.select():
+            if key.data is not None:
+                # A watched init exited.
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                watched[key.data].discard(key.fd)
+                if not watched[key.data]:
+                    del watched[key.data]
+                continue
             if key.fd == wake_r:
                 try:
                     while os.read(wake_r, 4096):
@@ -110,6 +123,25 @@ def main():
                 line, buf = buf.split(b'\n', 1)
                 req = json.loads(line)
                 if 'kill' in req:
+                    # With 'children': the processes the leader started (a pid
+                    # namespace's init) are watched through pidfds, opened before
+                    # the kill (unreaped children of a live leader: their pids
+                    # name them), and the leader's exit is reported once they
+                    # have exited too: init exits only after the kernel has
+                    # killed and reaped every other process of its namespace.
+                    if req.get('children') and hasattr(os, 'pidfd_open'):
+                        try:
+                            with open('/proc/%d/task/%d/children' % (req['kill'], req['kill'])) as f:
+                                kids = [int(x) for x in f.read().split()]
+                        except (OSError, ValueError):
+                            kids = []
+                        for c in kids:
+                            try:
+                                fd = os.pidfd_open(c)
+                            except OSError:
+                                continue
+                            watched.setdefault(req['kill'], set()).add(fd)
+                            sel.register(fd, selectors.EVENT_READ, req['kill'])
                     try:
                         os.killpg(req['kill'], getattr(signal, req['signal']))
                     except (OSError, AttributeError):
@@ -144,12 +176,12 @@ export class LaunchedChild extends EventEmitter {
   exited = false;
   private refd = true;
   private readonly sockets: (net.Socket | undefined)[] = [undefined, undefined, undefined];
-  private killWhenStarted: NodeJS.Signals | null = null;
+  private killWhenStarted: { signal: NodeJS.Signals; children: boolean } | null = null;
 
   constructor(
     readonly spawnfile: string,
     private readonly onRefChange: () => void,
-    private readonly sendKill: (pid: number, signal: NodeJS.Signals) => void,
+    private readonly sendKill: (pid: number, signal: NodeJS.Signals, children: boolean) => void,
     private readonly sendRenice: (nice: number | undefined) => void,
   ) {
     super();
@@ -179,11 +211,28 @@ export class LaunchedChild extends EventEmitter {
    * pid is known.
    */
   killGroup(signal: NodeJS.Signals = 'SIGKILL'): void {
+    this.kill(signal, false);
+  }
+
+  /**
+   * For a leader that holds a pid namespace (`unshare --pid --fork`): SIGKILL
+   * to its group, as killGroup, and its exit is reported only once the
+   * processes it had started (the namespace's init) have exited too. Init
+   * exits after the kernel has killed and reaped every other process of the
+   * namespace, those that left the group (setsid) included, so the exit
+   * means they are all gone. (The leader itself dies at once, while the
+   * namespace's teardown goes on.)
+   */
+  killNamespace(): void {
+    this.kill('SIGKILL', true);
+  }
+
+  private kill(signal: NodeJS.Signals, children: boolean): void {
     if (this.pid === undefined) {
-      if (!this.exited) this.killWhenStarted = signal;
+      if (!this.exited) this.killWhenStarted = { signal, children };
       return;
     }
-    this.sendKill(this.pid, signal);
+    this.sendKill(this.pid, signal, children);
   }
 
   /**
@@ -214,7 +263,7 @@ export class LaunchedChild extends EventEmitter {
   /** @internal The helper started it. */
   started(pid: number): void {
     this.pid = pid;
-    if (this.killWhenStarted) this.killGroup(this.killWhenStarted);
+    if (this.killWhenStarted) this.kill(this.killWhenStarted.signal, this.killWhenStarted.children);
   }
 
   /** @internal It ended (exit status from the helper) or never started (error). */
@@ -277,7 +326,7 @@ export class SandboxLauncher {
     // be up yet, and the request is written a microtask later even when it is).
     let requested: Promise<void> = Promise.resolve();
     const renice = (n: number | undefined): void => void requested.then(() => this.send(n === undefined ? { renice: id } : { renice: id, nice: n }));
-    const child = new LaunchedChild(cmd, () => this.updateRefs(), (pid, signal) => this.kill(pid, signal), renice);
+    const child = new LaunchedChild(cmd, () => this.updateRefs(), (pid, signal, children) => this.kill(pid, signal, children), renice);
     const token = crypto.randomBytes(16).toString('hex');
     this.byId.set(id, child);
     this.byToken.set(token, { child, waiting: 3 });
@@ -298,10 +347,14 @@ export class SandboxLauncher {
     if (this.helper?.stdin?.writable) this.helper.stdin.write(`${JSON.stringify(message)}\n`);
   }
 
-  /** Signals a process group through the helper, or directly when no helper runs. */
-  kill(pid: number, signal: NodeJS.Signals): void {
+  /**
+   * Signals a process group through the helper, or directly when no helper
+   * runs; with `children`, the helper reports the leader's exit once the
+   * processes it had started have exited too (LaunchedChild.killNamespace).
+   */
+  kill(pid: number, signal: NodeJS.Signals, children = false): void {
     if (this.helper?.stdin?.writable) {
-      this.helper.stdin.write(`${JSON.stringify({ kill: pid, signal })}\n`);
+      this.helper.stdin.write(`${JSON.stringify({ kill: pid, signal, ...(children ? { children } : {}) })}\n`);
       return;
     }
     try {

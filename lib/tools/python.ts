@@ -320,6 +320,8 @@ interface Started {
   readonly ready: Promise<boolean>;
   /** Started at {@link POOL_NICE}: a call (or its discard) un-nices it first. */
   readonly niced: boolean;
+  /** Runs under unshare in a pid namespace of its own: unshare's exit means every process of it is gone. */
+  readonly pidNamespace: boolean;
   /** Exit code and signal of the sandbox's first process; [null, null] after a spawn error. */
   readonly exit: Promise<[number | null, NodeJS.Signals | null]>;
   /** The process has exited (or could not be spawned: then spawnError says why). */
@@ -327,9 +329,14 @@ interface Started {
   spawnError: Error | undefined;
 }
 
-/** SIGKILL to a started sandbox's whole process group (and, via the pid namespace, everything in it). */
+/**
+ * SIGKILL to everything a started sandbox runs: its pid namespace's init (the
+ * kernel then kills the rest, and unshare's exit comes once all are gone), or
+ * its whole process group where it has no pid namespace.
+ */
 function killTree(s: Started): void {
-  s.child.killGroup('SIGKILL');
+  if (s.pidNamespace) s.child.killNamespace();
+  else s.child.killGroup('SIGKILL');
 }
 
 /** Handles of a parked sandbox must not keep the process alive; a taken one's must. */
@@ -676,7 +683,7 @@ export class PythonSandbox {
       /* the code may exit without reading all of its input */
     });
     const s: Started = {
-      child, uid, releaseUid: release, hostDir, out, err, pipesClosed, token, ready, niced, exited: false, spawnError: undefined,
+      child, uid, releaseUid: release, hostDir, out, err, pipesClosed, token, ready, niced, pidNamespace: cmd === 'unshare' && iso.processes === 'pid-namespace', exited: false, spawnError: undefined,
       exit: new Promise((resolve) => {
         child.once('error', (e) => {
           s.spawnError = e;

@@ -355,6 +355,29 @@ describe('escapes are contained', () => {
     if (iso.user === 'uid') expect(sandboxProcesses()).toEqual([]);
   });
 
+  ifNs('settled() returns once a detached process is gone, even one slow to tear down (300 MB to free)', async () => {
+    // It leaves the group (setsid) and holds no pipe of the call: only the pid
+    // namespace's end reaches it, and freeing its memory takes a while.
+    const r = await run(
+      [
+        'import os, sys, time',
+        'if os.fork() == 0:',
+        '    os.setsid()',
+        '    fd = os.open(os.devnull, os.O_RDWR)',
+        '    for k in (0, 1, 2):',
+        '        os.dup2(fd, k)',
+        '    os.execv(sys.executable, [sys.executable, "-c", "b = bytearray(b\'x\') * (300 << 20)\\nopen(\'ready\', \'w\').close()\\nimport time\\ntime.sleep(987612)"])',
+        'while not os.path.exists("ready"):',
+        '    time.sleep(0.01)',
+        'print("spawned")',
+      ].join('\n'),
+    );
+    expect(r.text).toBe('spawned');
+    await tool.sandbox.settled();
+    if (iso.user === 'uid') expect(sandboxProcesses()).toEqual([]);
+    expect(processesMatching('987612')).toEqual([]);
+  });
+
   test('cancellation kills the run', async () => {
     const ac = new AbortController();
     setTimeout(() => ac.abort(), 300);
