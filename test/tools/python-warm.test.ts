@@ -7,6 +7,7 @@ require('./python.test');
 import * as fs from 'fs';
 import * as os from 'os';
 import { PythonSandbox } from '../../lib/tools';
+import { alive, groupOf, ofUid, stat } from './proc';
 
 describe('the warm pool', () => {
   const UID = 64300; // a range of its own, apart from python.test.ts's
@@ -17,7 +18,6 @@ describe('the warm pool', () => {
       return 'basic'; // full isolation is not available here (python.test.ts covers the refusal)
     }
   })();
-  const alive = (pid: number): boolean => fs.existsSync(`/proc/${pid}`) && !/^State:\s+Z/m.test(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
 
   test('every call gets a fresh process: no file, variable or module state survives, and the pool refills', async () => {
     const sb = new PythonSandbox({ uid: UID, gid: UID, isolation: mode, warm: 2 });
@@ -71,16 +71,7 @@ describe('the warm pool', () => {
     expect(sb.warmCount).toBe(0);
   });
 
-  const statField = (pid: number, i: number): number => Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[i]);
-  /** Live processes running as `uid` (the sandbox's code and its children). */
-  const ofUid = (uid: number): number[] =>
-    fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p)).map(Number).filter((p) => {
-      try {
-        return alive(p) && Number(/^Uid:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${p}/status`, 'utf8'))?.[1]) === uid;
-      } catch {
-        return false;
-      }
-    });
+  const statField = (pid: number, i: number): number => Number(stat(pid)?.[i]);
   const ifRoot = process.getuid?.() === 0 && mode === 'full' ? test : test.skip;
 
   ifRoot('a waiting sandbox is niced (19) as a whole; the call that takes it runs at the caller\'s priority, as a cold one does', async () => {
@@ -91,13 +82,7 @@ describe('the warm pool', () => {
       for (let i = 0; i < 300 && sb.parkedPids().length === 0; i++) await new Promise((r) => setTimeout(r, 10));
       await new Promise((r) => setTimeout(r, 1500));
       const [leader] = sb.parkedPids();
-      const group = fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p)).map(Number).filter((p) => {
-        try {
-          return alive(p) && statField(p, 2) === leader;
-        } catch {
-          return false;
-        }
-      });
+      const group = groupOf(leader!);
       expect(group.length).toBeGreaterThanOrEqual(3); // unshare, sh, the interpreter
       expect(group.map((p) => statField(p, 16))).toEqual(group.map(() => 19));
       // (The renice goes through the launcher alongside the code: read it a moment later.)
