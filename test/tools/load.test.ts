@@ -11,6 +11,7 @@ import * as os from 'os';
 import * as path from 'path';
 import { detectIsolation, PythonTool, SearchIndex, SearchTool, ToolRunner, type ToolRunResult } from '../../lib/tools';
 import { quantile } from '../../bench/summary';
+import { alive, cmdline, pids, uidOf } from './proc';
 
 const CALLS = Number(process.env.ARPO_LOAD_CALLS ?? 400);
 const UID = 63123;
@@ -19,20 +20,12 @@ const MODE = detectIsolation('/usr/bin/python3', UID, UID, 'full', POOL).missing
 
 /** Live (non-zombie) processes of the sandbox uids, or whose command line has `marker`. */
 function leftovers(marker: string): string[] {
-  const out: string[] = [];
-  for (const e of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      const status = fs.readFileSync(`/proc/${e}/status`, 'utf8');
-      if (/^State:\s+Z/m.test(status)) continue;
-      const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
-      const cmd = fs.readFileSync(`/proc/${e}/cmdline`, 'utf8').replace(/\0/g, ' ');
-      if ((uid >= UID && uid < UID + POOL) || cmd.includes(marker)) out.push(`${e}: uid ${uid} ${cmd.slice(0, 80)}`);
-    } catch {
-      /* exited meanwhile */
-    }
-  }
-  return out;
+  return pids().flatMap((p) => {
+    const uid = uidOf(p);
+    const cmd = cmdline(p);
+    if (uid === null || cmd === null || !alive(p)) return [];
+    return (uid >= UID && uid < UID + POOL) || cmd.includes(marker) ? [`${p}: uid ${uid} ${cmd.slice(0, 80)}`] : [];
+  });
 }
 
 const openFds = (): number => fs.readdirSync('/proc/self/fd').length;

@@ -33,7 +33,18 @@ export function groupOf(pgid: number): number[] {
   return pids().filter((p) => alive(p) && Number(stat(p)?.[2]) === pgid);
 }
 
+/** The real uid of a process, or null once it is gone. */
+export function uidOf(pid: number): number | null {
+  const m = /^Uid:\s+(\d+)/m.exec(procFile(pid, 'status') ?? '');
+  return m ? Number(m[1]) : null;
+}
+
+/** Its command line with spaces between the arguments, or null once it is gone. */
+export function cmdline(pid: number): string | null {
+  return procFile(pid, 'cmdline')?.replace(/\0/g, ' ') ?? null;
+}
+
 /** Live processes whose real uid is `uid`. */
 export function ofUid(uid: number): number[] {
-  return pids().filter((p) => alive(p) && Number(/^Uid:\s+(\d+)/m.exec(procFile(p, 'status') ?? '')?.[1]) === uid);
+  return pids().filter((p) => alive(p) && uidOf(p) === uid);
 }

@@ -8,6 +8,7 @@ import * as net from 'net';
 import * as os from 'os';
 import * as path from 'path';
 import { detectIsolation, PythonSandbox, PythonTool, ToolRunner, type ToolOutput } from '../../lib/tools';
+import { alive, cmdline, pids, stat, uidOf } from './proc';
 
 // Sandbox uids no one else uses (UID .. UID+63), so "no process of these uids
 // is left" means the sandbox's.
@@ -42,36 +43,17 @@ const run = (code: string): Promise<ToolOutput> => tool.execute(code, { signal: 
 
 /** PIDs of live processes owned by a sandbox uid (from /proc/<pid>/status), warm sandboxes waiting for a call excepted. */
 function sandboxProcesses(): number[] {
-  const out: number[] = [];
   const parked = new Set(made.flatMap((s) => s.parkedPids()));
-  for (const e of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${e}/stat`, 'utf8');
-      if (parked.has(Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]))) continue; // its process group
-      const status = fs.readFileSync(`/proc/${e}/status`, 'utf8');
-      const m = /^Uid:\s+(\d+)/m.exec(status);
-      const state = /^State:\s+(\S)/m.exec(status)?.[1];
-      if (m && Number(m[1]) >= UID && Number(m[1]) < UID + POOL && state !== 'Z') out.push(Number(e));
-    } catch {
-      /* exited meanwhile */
-    }
-  }
-  return out;
+  return pids().filter((p) => {
+    const group = stat(p)?.[2];
+    const uid = uidOf(p);
+    return group !== undefined && !parked.has(Number(group)) && alive(p) && uid !== null && uid >= UID && uid < UID + POOL;
+  });
 }
 
 /** PIDs whose command line contains `needle`. */
 function processesMatching(needle: string): number[] {
-  const out: number[] = [];
-  for (const e of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      if (fs.readFileSync(`/proc/${e}/cmdline`, 'utf8').replace(/\0/g, ' ').includes(needle)) out.push(Number(e));
-    } catch {
-      /* exited */
-    }
-  }
-  return out;
+  return pids().filter((p) => cmdline(p)?.includes(needle));
 }
 
 let secretDir: string;
