@@ -683,7 +683,7 @@ export class PythonSandbox {
       /* the code may exit without reading all of its input */
     });
     const s: Started = {
-      child, uid, releaseUid: release, hostDir, out, err, pipesClosed, token, ready, niced, pidNamespace: cmd === 'unshare' && iso.processes === 'pid-namespace', exited: false, spawnError: undefined,
+      child, uid, releaseUid: release, hostDir, out, err, pipesClosed, token, ready, niced, pidNamespace: iso.processes === 'pid-namespace', exited: false, spawnError: undefined,
       exit: new Promise((resolve) => {
         child.once('error', (e) => {
           s.spawnError = e;
