@@ -1,7 +1,7 @@
 // The `arpo` command line: subcommands are registered here and load their
 // implementation lazily, so `arpo --help` needs neither the native addon nor
 // the datasets.
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { ArpoError } from '../errors';
 import { describeOptions, loadConfig } from '../train/config';
 
@@ -18,6 +18,13 @@ export function withConfigOptions(cmd: Command): Command {
 }
 
 /** `--nproc N`: a number of local ranks. */
+/** A finite number, or commander's error naming the text given. */
+function numberArg(v: string): number {
+  const x = Number(v);
+  if (v.trim() === '' || !Number.isFinite(x)) throw new InvalidArgumentError(`expected a number, got ${JSON.stringify(v)}`);
+  return x;
+}
+
 function nprocOption(): Option {
   return new Option('--nproc <n>', 'start n data-parallel ranks on this machine (as torchrun would) and forward their output with a rank prefix').argParser((v) => Number.parseInt(v, 10));
 }
@@ -63,16 +70,18 @@ export function buildProgram(argv: readonly string[] = process.argv): Command {
     });
 
   withConfigOptions(
-    program.command('eval').description('greedy evaluation (n = 1) of a model on a dataset with the configured tools and reward'),
+    program.command('eval').description('evaluation of a model on a dataset with the configured tools and reward: greedy (one sample per question), or --samples K at --temperature T (acc/mean is then pass@1 averaged over the samples, acc/pass@K the share of questions with a right sample)'),
   )
     .requiredOption('-m, --model <dir>', 'model directory')
     .requiredOption('-d, --data <file>', 'parquet or JSONL dataset')
     .option('-n, --limit <n>', 'evaluate at most n rows', (v) => Number.parseInt(v, 10), 0)
-    .option('-o, --out <file>', 'write per-example results (JSONL)')
-    .action(async (opts: { config?: string; set: string[]; model: string; data: string; limit: number; out?: string }) => {
+    .option('-o, --out <file>', 'write per-example results (JSONL, a row per sample)')
+    .option('--samples <k>', 'samples per question (more than one needs --temperature > 0)', numberArg, 1)
+    .option('--temperature <t>', 'sampling temperature (0 = greedy)', numberArg, 0)
+    .action(async (opts: { config?: string; set: string[]; model: string; data: string; limit: number; out?: string; samples: number; temperature: number }) => {
       const { evaluate } = require('../train/evaluate') as typeof import('../train/evaluate');
       const cfg = loadConfig(opts.config ?? null, opts.set);
-      const r = await evaluate(opts.model, opts.data, cfg, { limit: opts.limit, outFile: opts.out });
+      const r = await evaluate(opts.model, opts.data, cfg, { limit: opts.limit, outFile: opts.out, samples: opts.samples, temperature: opts.temperature });
       process.stdout.write(`${JSON.stringify(r.metrics)}\n`);
     });
 

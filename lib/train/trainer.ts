@@ -81,9 +81,9 @@ export function configHash(cfg: RunConfig): string {
   return crypto.createHash('sha256').update(JSON.stringify({ ...rest, train: trainRest })).digest('hex').slice(0, 16);
 }
 
-/** Seed of one rollout: a hash of (run seed, phase, step), so steps never share random streams. */
-export function stepSeed(seed: number, phase: 'train' | 'valid', step: number): bigint {
-  const h = crypto.createHash('sha256').update(`${seed}:${phase}:${step}`).digest();
+/** Seed of one rollout: a hash of (run seed, phase, step[, part > 0]), so steps (and the chunks of one evaluation) never share random streams. */
+export function stepSeed(seed: number, phase: 'train' | 'valid', step: number, part = 0): bigint {
+  const h = crypto.createHash('sha256').update(part > 0 ? `${seed}:${phase}:${step}:${part}` : `${seed}:${phase}:${step}`).digest();
   return h.readBigUInt64LE(0);
 }
 
@@ -140,14 +140,17 @@ export async function validate(
   reward: RewardFn,
   cfg: RunConfig,
   step: number,
+  /** Samples per prompt and their temperature (default: one greedy sample, the validation of training). */
+  sampling: { samples: number; temperature: number } = { samples: 1, temperature: 0 },
 ): Promise<{ metrics: StepMetrics; items: ScoredTrajectory[] }> {
+  const { samples, temperature } = sampling;
   const items: ScoredTrajectory[] = [];
   const metrics: StepMetrics[] = [];
   const chunk = Math.max(1, Math.min(cfg.train.batchPrompts, 64));
   for (let i = 0; i < examples.length; i += chunk) {
     const batch = examples.slice(i, i + chunk);
     const prompts = batch.map((e) => promptIds(e, tokenizer, cfg.data.systemPrompt));
-    const result = await rollout(deps, prompts, stepSeed(cfg.train.seed, 'valid', step), rolloutSettings(cfg, { mode: 'trajectory', budget: 1, initialSamples: 1, temperature: 0 }));
+    const result = await rollout(deps, prompts, stepSeed(cfg.train.seed, 'valid', step, i), rolloutSettings(cfg, { mode: 'trajectory', budget: samples, initialSamples: samples, temperature }));
     const scored = await scoreAndAttribute(result, batch, tokenizer, reward, { estimator: 'grpo', attribution: 'soft', dynamicSampling: false });
     for (const it of scored.items) it.group += i; // prompt index within the whole evaluation set
     items.push(...scored.items);
@@ -162,7 +165,14 @@ export async function validate(
     for (const m of metrics) if (m[key] !== undefined) (s += m[key]! * m.weight!), (w += m.weight!);
     if (w > 0) out[key] = s / w;
   }
-  out['valid/examples'] = total;
+  out['valid/examples'] = samples > 1 ? examples.length : total;
+  if (samples > 1) {
+    // pass@K: per prompt the best of its K samples, averaged over prompts (acc/mean is pass@1 averaged over the samples).
+    const best = new Float64Array(examples.length);
+    for (const it of items) best[it.group] = Math.max(best[it.group]!, it.reward.accuracy);
+    out[`acc/pass@${samples}`] = best.reduce((a, b) => a + b, 0) / Math.max(1, examples.length);
+    out['valid/samples'] = samples;
+  }
   return { metrics: out, items };
 }
 

@@ -97,8 +97,16 @@ const checks: { match: (a: string[]) => boolean; check: (r: { out: string; err: 
     },
   },
   {
-    match: (a) => a[2] === 'eval',
+    match: (a) => a[2] === 'eval' && !a.includes('--samples'),
     check: ({ out }) => expect(lastJson(out)).toMatchObject({ 'valid/examples': 4, 'reward/mean': expect.any(Number) }),
+  },
+  {
+    match: (a) => a[2] === 'eval' && a.includes('--samples'),
+    check: ({ out }) => {
+      const m = lastJson(out);
+      expect(m).toMatchObject({ 'valid/examples': 4, 'valid/samples': 4, 'valid/temperature': 1, 'acc/mean': expect.any(Number), 'acc/pass@4': expect.any(Number) });
+      expect(m['acc/pass@4'] as number).toBeGreaterThanOrEqual(m['acc/mean'] as number);
+    },
   },
   {
     match: (a) => a[2] === 'report',
