@@ -132,7 +132,7 @@ function averageMetrics(list: readonly Record<string, number>[]): StepMetrics {
   return out;
 }
 
-/** Greedy validation (n = 1, temperature 0, like the reference): accuracy, reward and tool use. */
+/** Validation: greedy (n = 1, temperature 0, like the reference) unless `sampling` says otherwise; accuracy, reward and tool use (pass@K with several samples). */
 export async function validate(
   tokenizer: Tokenizer,
   deps: RolloutDeps,
