@@ -17,7 +17,6 @@ export function withConfigOptions(cmd: Command): Command {
     .addHelpText('after', `\nOptions of the run configuration (path, default, meaning):\n${describeOptions()}\n`);
 }
 
-/** `--nproc N`: a number of local ranks. */
 /** A finite number, or commander's error naming the text given. */
 function numberArg(v: string): number {
   const x = Number(v);
@@ -25,6 +24,7 @@ function numberArg(v: string): number {
   return x;
 }
 
+/** `--nproc N`: a number of local ranks. */
 function nprocOption(): Option {
   return new Option('--nproc <n>', 'start n data-parallel ranks on this machine (as torchrun would) and forward their output with a rank prefix').argParser((v) => Number.parseInt(v, 10));
 }
