@@ -11,6 +11,7 @@ import { Tokenizer } from '../../lib/model/tokenizer';
 import { registerReward } from '../../lib/reward';
 import { validateConfig, type RunConfig } from '../../lib/train/config';
 import { evalSampling, evaluate, familyStats, type EvalRow } from '../../lib/train/evaluate';
+import { buildProgram } from '../../lib/cli/main';
 
 let tmp: string;
 let modelDir: string;
@@ -91,6 +92,16 @@ describe('evaluate with samples', () => {
     expect(() => evalSampling({ samples: 4 })).toThrow('eval samples 4 with temperature 0: greedy samples are all the same');
     expect(evalSampling({})).toEqual({ samples: 1, temperature: 0 });
     await expect(evaluate(modelDir, data, cfg, { samples: 4, temperature: 0 })).rejects.toThrow('greedy samples are all the same');
+    // On the command line, a value that is not a number is named before anything loads.
+    const stderr = jest.spyOn(process.stderr, 'write').mockImplementation(() => true);
+    try {
+      for (const [flag, value] of [['--samples', 'four'], ['--temperature', ''], ['--temperature', '1e999']]) {
+        const argv = ['node', 'arpo', 'eval', '--model', modelDir, '--data', data, flag!, value!];
+        await expect(buildProgram(argv).parseAsync(argv)).rejects.toThrow(`expected a number, got ${JSON.stringify(value)}`);
+      }
+    } finally {
+      stderr.mockRestore();
+    }
   });
 });
 
