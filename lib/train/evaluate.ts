@@ -151,21 +151,24 @@ export async function evaluate(modelDir: string, dataFile: string, cfg: RunConfi
     const data = await loadDataset(dataFile, cfg, options.limit ?? 0);
     const deps = rolloutDeps(model, tokenizer, tools.runner, modelDir);
     const { metrics, items } = await validate(tokenizer, deps, data.examples, reward, cfg, 0, sampling);
-    if (sampling.samples > 1) metrics['valid/temperature'] = sampling.temperature;
-    const seen = new Map<number, number>();
-    const rows = items.map((i): EvalRow => ({
-      index: i.group,
-      sample: seen.set(i.group, (seen.get(i.group) ?? -1) + 1).get(i.group)!,
-      question: data.examples[i.group]?.question ?? '',
-      groundTruth: data.examples[i.group]?.groundTruth ?? '',
-      family: familyOf(data.examples[i.group]),
-      response: i.response,
-      score: i.reward.score,
-      accuracy: i.reward.accuracy,
-      formatOk: i.reward.formatOk,
-      finish: i.trajectory.finishReason,
-      toolCalls: i.trajectory.toolTags.length,
-    }));
+    const samplesSoFar = new Map<number, number>();
+    const rows = items.map((i): EvalRow => {
+      const sample = samplesSoFar.get(i.group) ?? 0;
+      samplesSoFar.set(i.group, sample + 1);
+      return {
+        index: i.group,
+        sample,
+        question: data.examples[i.group]?.question ?? '',
+        groundTruth: data.examples[i.group]?.groundTruth ?? '',
+        family: familyOf(data.examples[i.group]),
+        response: i.response,
+        score: i.reward.score,
+        accuracy: i.reward.accuracy,
+        formatOk: i.reward.formatOk,
+        finish: i.trajectory.finishReason,
+        toolCalls: i.trajectory.toolTags.length,
+      };
+    });
     if (options.outFile) fs.writeFileSync(options.outFile, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
     return { metrics, rows };
   } finally {

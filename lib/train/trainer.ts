@@ -172,6 +172,7 @@ export async function validate(
     for (const it of items) best[it.group] = Math.max(best[it.group]!, it.reward.accuracy);
     out[`acc/pass@${samples}`] = best.reduce((a, b) => a + b, 0) / Math.max(1, examples.length);
     out['valid/samples'] = samples;
+    out['valid/temperature'] = temperature;
   }
   return { metrics: out, items };
 }
